@@ -1,0 +1,92 @@
+package dsync
+
+import (
+	"sync"
+	"time"
+
+	"github.com/dsync-dev/dsync/backends"
+)
+
+// Backend is an open connection to a coordination service, as returned by
+// Open or NewBackend, with the defaults its URL set. The locker, semaphore
+// and leader packages take a *Backend. It is safe for concurrent use; Close
+// it when done.
+type Backend struct {
+	driver   backends.Driver
+	name     string
+	defaults Defaults
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Defaults are the settings a backend's URL chose for the primitives built on
+// it. A zero field leaves the primitive's own default in force; options
+// passed to a primitive's constructor override these.
+type Defaults struct {
+	// TTL is the lease time to live (URL option ttl).
+	TTL time.Duration
+	// RetryMin and RetryMax bound the jittered exponential delay between
+	// acquisition attempts (URL options retry_min, retry_max).
+	RetryMin, RetryMax time.Duration
+}
+
+// BackendOptions configure NewBackend. A nil *BackendOptions means defaults.
+type BackendOptions struct {
+	// Name describes the backend in messages; it must not contain secrets.
+	// Default: the driver's Capabilities().Name.
+	Name string
+	// Defaults for the primitives built on this backend.
+	Defaults Defaults
+}
+
+// NewBackend wraps a driver built by hand (for instance a Redis driver over a
+// client the application already has). The Backend owns the driver: Close
+// closes it.
+func NewBackend(d backends.Driver, opts *BackendOptions) (*Backend, error) {
+	if d == nil {
+		return nil, &InvalidError{Field: "driver", Reason: "nil"}
+	}
+	if opts == nil {
+		opts = &BackendOptions{}
+	}
+	if err := opts.Defaults.validate(); err != nil {
+		return nil, err
+	}
+	name := opts.Name
+	if name == "" {
+		name = d.Capabilities().Name
+	}
+	return &Backend{driver: d, name: name, defaults: opts.Defaults}, nil
+}
+
+func (d Defaults) validate() error {
+	switch {
+	case d.TTL < 0:
+		return &InvalidError{Field: "ttl", Reason: d.TTL.String() + " is negative"}
+	case d.RetryMin < 0:
+		return &InvalidError{Field: "retry_min", Reason: d.RetryMin.String() + " is negative"}
+	case d.RetryMax < 0:
+		return &InvalidError{Field: "retry_max", Reason: d.RetryMax.String() + " is negative"}
+	case d.RetryMin > 0 && d.RetryMax > 0 && d.RetryMax < d.RetryMin:
+		return &InvalidError{Field: "retry_max", Reason: d.RetryMax.String() + " is below retry_min " + d.RetryMin.String()}
+	}
+	return nil
+}
+
+// Driver returns the backend's driver, for the packages built over the SPI.
+func (b *Backend) Driver() backends.Driver { return b.driver }
+
+// Defaults returns the settings the backend's URL chose.
+func (b *Backend) Defaults() Defaults { return b.defaults }
+
+// String describes the backend; a URL's password and secret options are
+// redacted.
+func (b *Backend) String() string { return b.name }
+
+// Close closes the driver. Leases still held are left to expire on the
+// server; calls on them fail with ErrClosed. Close is idempotent.
+func (b *Backend) Close() error {
+	b.closeOnce.Do(func() { b.closeErr = b.driver.Close() })
+	return b.closeErr
+}

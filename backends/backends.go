@@ -1,0 +1,142 @@
+// Package backends is the driver SPI that every dsync backend implements.
+//
+// A driver is a thin adapter over one coordination service (a Redis server,
+// an etcd cluster, process memory). Every method makes exactly one attempt,
+// honours its context and never retries, sleeps or keeps time of its own:
+// retry with jitter, validity, drift, extension, fencing policy and lost-hold
+// detection are written once above this interface, in the locker, semaphore
+// and leader packages.
+//
+// This package imports nothing but the standard library, so that a driver can
+// be written without pulling in the rest of the module.
+package backends
+
+import (
+	"context"
+	"time"
+)
+
+// Driver is one connection to a coordination service. Implementations must be
+// safe for concurrent use by multiple goroutines.
+//
+// Keys and tokens are opaque non-empty strings chosen by the layer above; a
+// driver may map a key to its own storage layout (prefixes, hash tags) but
+// must keep distinct keys independent.
+type Driver interface {
+	// Acquire makes one attempt to obtain a hold on req.Key for req.TTL.
+	//
+	// It returns ErrNotAcquired when the key is held by someone else (or, for
+	// req.Limit > 1, when every slot is taken). Any other error means the
+	// outcome is unknown: the hold may have been applied on the server after
+	// all, and the caller must release req.Token to be sure.
+	Acquire(ctx context.Context, req Request) (Grant, error)
+
+	// Refresh resets the time to live of the hold identified by key and token
+	// to ttl, measured from the moment the server applies it. It never
+	// re-creates a hold that has expired: it returns ErrNotHeld when the hold
+	// is gone or belongs to another token.
+	Refresh(ctx context.Context, key, token string, ttl time.Duration) error
+
+	// Release removes the hold identified by key and token, and only that
+	// hold. It returns ErrNotHeld when the hold has expired or belongs to
+	// another token; a newer hold on the same key is never touched.
+	Release(ctx context.Context, key, token string) error
+
+	// Holder reports the current holder of key, or ErrNotHeld when nobody
+	// holds it. For a semaphore key it reports the holder whose hold expires
+	// last.
+	Holder(ctx context.Context, key string) (HolderInfo, error)
+
+	// Capabilities reports what the driver supports. It never changes over
+	// the life of the driver and makes no I/O.
+	Capabilities() Capabilities
+
+	// Close releases the driver's resources (connections, background
+	// goroutines). Holds are left to expire on the server. Calls made after
+	// Close return ErrClosed. Close is idempotent.
+	Close() error
+}
+
+// Request describes one attempt to obtain a hold.
+type Request struct {
+	// Key names the lock or semaphore. Required.
+	Key string
+	// Token identifies this hold; it must be unique across all clients and
+	// all attempts (the layer above draws it from crypto/rand). Required.
+	Token string
+	// Value is stored with the hold and returned by Holder (a leader's
+	// candidate ID, for instance). Optional; at most MaxValueSize bytes.
+	Value []byte
+	// TTL is the time the hold lives on the server unless refreshed. It must
+	// be positive and at least Capabilities.TTLResolution.
+	TTL time.Duration
+	// Limit is the number of concurrent holders the key admits: 1 for a
+	// lock, the size for a semaphore. Zero means 1. Must not exceed
+	// Capabilities.MaxLimit.
+	Limit int
+	// Fence asks for a fencing token. A driver without fencing ignores it;
+	// a driver with fencing may skip the work of drawing one when false.
+	Fence bool
+}
+
+// Grant is the outcome of a successful Acquire.
+type Grant struct {
+	// Fence is the hold's fencing token: strictly greater than the token of
+	// every earlier hold on the same key, as far as the backend can promise
+	// (see each driver's documentation). Zero when the driver has no fencing
+	// or the request did not ask for it.
+	Fence uint64
+	// TTL is the time to live the server actually applied. It differs from
+	// the request when the backend rounds TTLs (etcd: whole seconds, with a
+	// server minimum). Validity is computed from this value.
+	TTL time.Duration
+}
+
+// HolderInfo describes the current holder of a key.
+type HolderInfo struct {
+	// Value is the value stored with the hold (Request.Value).
+	Value []byte
+	// TTL is the remaining time to live as the server reports it.
+	TTL time.Duration
+}
+
+// MaxValueSize bounds Request.Value for every driver.
+const MaxValueSize = 64 << 10
+
+// Capabilities describes a driver. The layer above checks requests against it
+// at construction time, so that a gap never surfaces later as a surprise.
+type Capabilities struct {
+	// Name is a short backend name for messages and metrics ("redis", "etcd").
+	Name string
+	// MaxLimit is the largest Request.Limit the driver accepts; 1 for a
+	// driver that offers locks only.
+	MaxLimit int
+	// Fencing reports whether Grant.Fence carries fencing tokens.
+	Fencing bool
+	// TTLResolution is the granularity of TTLs on the server (1 ms for
+	// Redis, 1 s for etcd). A TTL below it is rejected.
+	TTLResolution time.Duration
+	// MinTTL is the smallest TTL the server applies; shorter TTLs are raised
+	// to it (and Grant.TTL says so). Zero means TTLResolution.
+	MinTTL time.Duration
+}
+
+// Notifier is implemented by drivers that can tell waiters that a key was
+// just released, so they retry at once instead of sleeping out their backoff
+// (Redis pub/sub, etcd watch, memory). It is only a hint: a waiter still
+// retries on its own schedule, and a wake-up may be spurious or missed.
+type Notifier interface {
+	// WatchReleases subscribes to release notices for key. The returned
+	// subscription must be closed by the caller. It makes no attempt to wait
+	// for the subscription to be active on the server.
+	WatchReleases(ctx context.Context, key string) (Subscription, error)
+}
+
+// Subscription delivers release notices for one key.
+type Subscription interface {
+	// C receives a value after the key is released. Notices are coalesced:
+	// any number of releases since the last receive yield one value.
+	C() <-chan struct{}
+	// Close ends the subscription. It is idempotent.
+	Close()
+}

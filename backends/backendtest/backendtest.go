@@ -1,0 +1,106 @@
+// Package backendtest is the conformance suite every dsync backend must
+// pass, and the benchmarks shared by all backends. A backend's test file
+// runs it in a few lines:
+//
+//	func TestConformance(t *testing.T) {
+//		backendtest.Run(t, backendtest.Harness{NewBackend: ..., ShortTTL: 200 * time.Millisecond})
+//	}
+//
+// The suite drives the backend through the portable locker package and the
+// driver SPI, against a real server: exclusivity, no re-entrancy, ownership
+// of refresh and release, expiry, extension, fencing, cancellation, key
+// isolation, a contention hammer, release wake-ups and use after close.
+package backendtest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"testing"
+	"time"
+
+	"github.com/dsync-dev/dsync"
+)
+
+// Harness tells the suite how to reach the backend under test.
+type Harness struct {
+	// NewBackend returns a new client of the same service each time it is
+	// called, as another process would have: several backends returned by
+	// it must contend for the same keys. The suite closes what it opens.
+	NewBackend func(t testing.TB) *dsync.Backend
+	// ShortTTL is the shortest TTL the suite uses in expiry tests; it must
+	// be at least the backend's minimum (etcd: 2s) and long enough for a
+	// few round trips under the race detector.
+	ShortTTL time.Duration
+}
+
+// Run runs the conformance suite.
+func Run(t *testing.T, h Harness) {
+	t.Helper()
+	if h.NewBackend == nil || h.ShortTTL <= 0 {
+		t.Fatal("backendtest: Harness needs NewBackend and a positive ShortTTL")
+	}
+	s := &suite{h: h}
+	for _, tc := range []struct {
+		name string
+		fn   func(*testing.T)
+	}{
+		{"BadInput", s.testBadInput},
+		{"Exclusive", s.testExclusive},
+		{"NotReentrant", s.testNotReentrant},
+		{"OnlyOwnerRefreshesAndReleases", s.testOnlyOwner},
+		{"ExpiryFrees", s.testExpiryFrees},
+		{"ExtendKeepsHold", s.testExtendKeepsHold},
+		{"AutoExtendBounded", s.testAutoExtendBounded},
+		{"ReleaseAfterExpiry", s.testReleaseAfterExpiry},
+		{"DoubleRelease", s.testDoubleRelease},
+		{"FencesIncrease", s.testFencesIncrease},
+		{"CancelLeavesNothingHeld", s.testCancel},
+		{"KeyIsolation", s.testKeyIsolation},
+		{"HolderValue", s.testHolderValue},
+		{"Hammer", s.testHammer},
+		{"ReleaseWakesWaiter", s.testWake},
+		{"DoCancelsOnLoss", s.testDoCancelsOnLoss},
+		{"UseAfterClose", s.testUseAfterClose},
+	} {
+		t.Run(tc.name, tc.fn)
+	}
+}
+
+type suite struct {
+	h Harness
+}
+
+// backend opens a backend closed at the end of the test.
+func (s *suite) backend(t testing.TB) *dsync.Backend {
+	t.Helper()
+	b := s.h.NewBackend(t)
+	t.Cleanup(func() { _ = b.Close() })
+	return b
+}
+
+// uniqueKey returns a key no other test uses.
+func uniqueKey(t testing.TB) string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return t.Name() + "/" + hex.EncodeToString(b[:])
+}
+
+// ctx returns a context bounded generously for one test.
+func testContext(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// eventually polls cond until it holds or the bound passes.
+func eventually(t testing.TB, bound time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(bound)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v", what, bound)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

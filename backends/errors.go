@@ -1,0 +1,87 @@
+package backends
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Sentinel errors shared by drivers and the portable types above them. The
+// root package dsync re-exports each one under the same name, so that
+// errors.Is works whichever package a caller imports.
+var (
+	// ErrNotAcquired: the hold was not obtained (taken by another owner, no
+	// slot free, or the caller gave up).
+	ErrNotAcquired = errors.New("dsync: not acquired")
+	// ErrNotHeld: the hold is not (or no longer) owned by this token.
+	ErrNotHeld = errors.New("dsync: not held")
+	// ErrClosed: the driver or backend was closed.
+	ErrClosed = errors.New("dsync: closed")
+	// ErrUnsupported: the backend cannot do what was asked (a semaphore on a
+	// driver whose MaxLimit is 1, for instance).
+	ErrUnsupported = errors.New("dsync: unsupported")
+	// ErrInvalid: an argument, option or URL is invalid. Errors that match
+	// it are *InvalidError values naming the problem.
+	ErrInvalid = errors.New("dsync: invalid argument")
+)
+
+// InvalidError reports a bad argument, option or URL before any I/O is made.
+// It matches ErrInvalid with errors.Is.
+type InvalidError struct {
+	// Field names what is wrong ("key", "ttl", "url", option "prefix"...).
+	Field string
+	// Reason says why, in a few words.
+	Reason string
+}
+
+func (e *InvalidError) Error() string {
+	return "dsync: invalid " + e.Field + ": " + e.Reason
+}
+
+// Is makes errors.Is(err, ErrInvalid) true.
+func (e *InvalidError) Is(target error) bool { return target == ErrInvalid }
+
+// Invalid returns an *InvalidError for field with a formatted reason.
+func Invalid(field, format string, args ...any) error {
+	return &InvalidError{Field: field, Reason: fmt.Sprintf(format, args...)}
+}
+
+// CheckRequest validates req against caps. Drivers call it first so that
+// every backend rejects the same bad input with the same error, before any
+// I/O.
+func CheckRequest(req Request, caps Capabilities) error {
+	if req.Key == "" {
+		return Invalid("key", "empty")
+	}
+	if req.Token == "" {
+		return Invalid("token", "empty")
+	}
+	if err := CheckTTL(req.TTL, caps); err != nil {
+		return err
+	}
+	if req.Limit < 0 {
+		return Invalid("limit", "%d is negative", req.Limit)
+	}
+	if req.Limit > max(caps.MaxLimit, 1) {
+		if caps.MaxLimit <= 1 {
+			return fmt.Errorf("%w: %s backend offers locks only (limit %d requested)", ErrUnsupported, caps.Name, req.Limit)
+		}
+		return Invalid("limit", "%d exceeds the %s backend's maximum of %d", req.Limit, caps.Name, caps.MaxLimit)
+	}
+	if len(req.Value) > MaxValueSize {
+		return Invalid("value", "%d bytes exceeds the maximum of %d", len(req.Value), MaxValueSize)
+	}
+	return nil
+}
+
+// CheckTTL validates a TTL against caps: positive and no finer than the
+// backend's resolution.
+func CheckTTL(ttl time.Duration, caps Capabilities) error {
+	if ttl <= 0 {
+		return Invalid("ttl", "%v is not positive", ttl)
+	}
+	if caps.TTLResolution > 0 && ttl < caps.TTLResolution {
+		return Invalid("ttl", "%v is below the %s backend's resolution of %v", ttl, caps.Name, caps.TTLResolution)
+	}
+	return nil
+}

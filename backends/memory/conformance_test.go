@@ -1,0 +1,24 @@
+package memory_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/dsync-dev/dsync"
+	"github.com/dsync-dev/dsync/backends/backendtest"
+	"github.com/dsync-dev/dsync/backends/memory"
+)
+
+func TestConformance(t *testing.T) {
+	store := memory.NewStore(nil)
+	backendtest.Run(t, backendtest.Harness{
+		NewBackend: func(t testing.TB) *dsync.Backend {
+			b, err := dsync.NewBackend(memory.New(&memory.Options{Store: store}), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return b
+		},
+		ShortTTL: 150 * time.Millisecond,
+	})
+}

@@ -1,0 +1,211 @@
+package memory
+
+import (
+	"context"
+	"slices"
+	"time"
+
+	"github.com/dsync-dev/dsync/backends"
+)
+
+// Options configure New. A nil *Options means defaults.
+type Options struct {
+	// Store holds the state the driver works on; drivers sharing a store
+	// see each other's holds. Default: a fresh private store on the real
+	// clock. To use a ManualClock, build the store with NewStore.
+	Store *Store
+}
+
+// Driver is a backends.Driver and backends.Notifier over a Store. It is safe
+// for concurrent use. Every method returns at once: none blocks, sleeps or
+// starts a goroutine. Make one with New; the zero Driver is not usable.
+//
+// Each method returns ctx.Err() without acting if ctx is already done, and
+// backends.ErrClosed after Close; bad arguments are reported first, as
+// *backends.InvalidError values.
+type Driver struct {
+	store *Store
+
+	closed bool                       // guarded by Store.mu
+	subs   map[*subscription]struct{} // open subscriptions; guarded by Store.mu
+}
+
+var (
+	_ backends.Driver   = (*Driver)(nil)
+	_ backends.Notifier = (*Driver)(nil)
+)
+
+// caps never change; see Capabilities.
+var caps = backends.Capabilities{
+	Name:          "memory",
+	MaxLimit:      1 << 20,
+	Fencing:       true,
+	TTLResolution: time.Millisecond,
+}
+
+// New returns a driver on opts.Store (a fresh private store by default).
+func New(opts *Options) *Driver {
+	var s *Store
+	if opts != nil {
+		s = opts.Store
+	}
+	if s == nil {
+		s = NewStore(nil)
+	}
+	return &Driver{store: s, subs: map[*subscription]struct{}{}}
+}
+
+// begin checks ctx and the driver, then locks the store and returns the
+// current time. On success the caller must unlock the store.
+func (d *Driver) begin(ctx context.Context) (time.Time, error) {
+	if err := ctx.Err(); err != nil {
+		return time.Time{}, err
+	}
+	d.store.mu.Lock()
+	if d.closed {
+		d.store.mu.Unlock()
+		return time.Time{}, backends.ErrClosed
+	}
+	return d.store.clock.Now(), nil
+}
+
+// Acquire adds a hold on req.Key for req.TTL (kept at full precision) if the
+// key has fewer than req.Limit live holds. It returns ErrNotAcquired when
+// every slot is taken, and an *InvalidError when the key's live holds were
+// acquired with a different limit. When req.Fence is set, the key's fence
+// counter is incremented and returned: it grows strictly over every hold of
+// the key for the life of the store. The grant's TTL is req.TTL.
+func (d *Driver) Acquire(ctx context.Context, req backends.Request) (backends.Grant, error) {
+	if err := backends.CheckRequest(req, caps); err != nil {
+		return backends.Grant{}, err
+	}
+	limit := max(req.Limit, 1)
+	now, err := d.begin(ctx)
+	if err != nil {
+		return backends.Grant{}, err
+	}
+	s := d.store
+	defer s.mu.Unlock()
+	s.maybeSweep(now)
+	e := s.entry(req.Key, now)
+	if len(e.holds) > 0 && e.limit != limit {
+		return backends.Grant{}, backends.Invalid("limit", "%d does not match the limit %d of the key's current holders", limit, e.limit)
+	}
+	if len(e.holds) >= limit {
+		return backends.Grant{}, backends.ErrNotAcquired
+	}
+	e.limit = limit
+	e.holds = append(e.holds, hold{token: req.Token, value: slices.Clone(req.Value), expires: now.Add(req.TTL)})
+	g := backends.Grant{TTL: req.TTL}
+	if req.Fence {
+		e.fence++
+		g.Fence = e.fence
+	}
+	return g, nil
+}
+
+// Refresh sets the expiry of token's live hold on key to now + ttl. It
+// returns ErrNotHeld, and changes nothing, when that hold has expired or never
+// existed.
+func (d *Driver) Refresh(ctx context.Context, key, token string, ttl time.Duration) error {
+	if err := checkKeyToken(key, token); err != nil {
+		return err
+	}
+	if err := backends.CheckTTL(ttl, caps); err != nil {
+		return err
+	}
+	now, err := d.begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer d.store.mu.Unlock()
+	e := d.store.lookup(key, now)
+	if e == nil {
+		return backends.ErrNotHeld
+	}
+	i := e.find(token)
+	if i < 0 {
+		return backends.ErrNotHeld
+	}
+	e.holds[i].expires = now.Add(ttl)
+	return nil
+}
+
+// Release removes token's live hold on key and wakes the key's watchers. It
+// returns ErrNotHeld, and touches no other hold, when that hold has expired
+// or never existed.
+func (d *Driver) Release(ctx context.Context, key, token string) error {
+	if err := checkKeyToken(key, token); err != nil {
+		return err
+	}
+	now, err := d.begin(ctx)
+	if err != nil {
+		return err
+	}
+	s := d.store
+	defer s.mu.Unlock()
+	e := s.lookup(key, now)
+	if e == nil {
+		return backends.ErrNotHeld
+	}
+	i := e.find(token)
+	if i < 0 {
+		return backends.ErrNotHeld
+	}
+	e.holds = slices.Delete(e.holds, i, i+1)
+	e.notify()
+	s.tidy(key, e)
+	return nil
+}
+
+// Holder returns a copy of the value and the remaining time to live of the
+// live hold on key that expires last, or ErrNotHeld if there is none.
+func (d *Driver) Holder(ctx context.Context, key string) (backends.HolderInfo, error) {
+	if key == "" {
+		return backends.HolderInfo{}, backends.Invalid("key", "empty")
+	}
+	now, err := d.begin(ctx)
+	if err != nil {
+		return backends.HolderInfo{}, err
+	}
+	defer d.store.mu.Unlock()
+	e := d.store.lookup(key, now)
+	if e == nil || len(e.holds) == 0 {
+		return backends.HolderInfo{}, backends.ErrNotHeld
+	}
+	last := slices.MaxFunc(e.holds, func(a, b hold) int { return a.expires.Compare(b.expires) })
+	return backends.HolderInfo{Value: slices.Clone(last.value), TTL: last.expires.Sub(now)}, nil
+}
+
+// Capabilities reports name "memory", MaxLimit 1<<20, fencing, and a TTL
+// resolution of 1 ms with no minimum TTL.
+func (d *Driver) Capabilities() backends.Capabilities { return caps }
+
+// Close makes every later call on d return ErrClosed, closes d's release
+// subscriptions after sending each one last notice (so that a waiter wakes
+// and finds the driver closed), and leaves the store and its holds
+// untouched. It is idempotent and always returns nil.
+func (d *Driver) Close() error {
+	s := d.store
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if d.closed {
+		return nil
+	}
+	d.closed = true
+	for sub := range d.subs {
+		sub.notify()
+		sub.unregister()
+	}
+	return nil
+}
+
+func checkKeyToken(key, token string) error {
+	if key == "" {
+		return backends.Invalid("key", "empty")
+	}
+	if token == "" {
+		return backends.Invalid("token", "empty")
+	}
+	return nil
+}

@@ -1,0 +1,40 @@
+package memory_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/dsync-dev/dsync/backends"
+	"github.com/dsync-dev/dsync/backends/memory"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// epoch is the start time of every manual clock in these tests.
+var epoch = time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// newManual returns a driver on a fresh store driven by a manual clock.
+func newManual(t *testing.T) (*memory.Driver, *memory.ManualClock) {
+	t.Helper()
+	clk := memory.NewManualClock(epoch)
+	d := memory.New(&memory.Options{Store: memory.NewStore(clk)})
+	t.Cleanup(func() { _ = d.Close() })
+	return d, clk
+}
+
+// req is a lock request on key for token with a one-second TTL and fencing.
+func req(key, token string) backends.Request {
+	return backends.Request{Key: key, Token: token, TTL: time.Second, Fence: true}
+}
+
+func mustAcquire(t *testing.T, d backends.Driver, r backends.Request) backends.Grant {
+	t.Helper()
+	g, err := d.Acquire(context.Background(), r)
+	if err != nil {
+		t.Fatalf("Acquire(%q, %q): %v", r.Key, r.Token, err)
+	}
+	return g
+}

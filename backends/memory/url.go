@@ -1,0 +1,34 @@
+package memory
+
+import (
+	"context"
+	"net/url"
+
+	"github.com/dsync-dev/dsync"
+	"github.com/dsync-dev/dsync/backends"
+)
+
+func init() {
+	dsync.Register(dsync.Scheme{
+		Name:       "memory",
+		Summary:    "in-process store for tests and development (not distributed)",
+		Example:    "memory://demo",
+		OpenDriver: openURL,
+	})
+}
+
+// openURL opens a driver on the named store memory://name.
+func openURL(ctx context.Context, u *url.URL) (backends.Driver, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	switch {
+	case u.Opaque != "" || u.Host == "":
+		return nil, backends.Invalid("url", "memory URL needs a store name, as in memory://demo")
+	case u.User != nil:
+		return nil, backends.Invalid("url", "memory URL takes no user information")
+	case u.Path != "" && u.Path != "/":
+		return nil, backends.Invalid("url", "memory URL takes no path (%q), only a store name", u.Path)
+	}
+	return New(&Options{Store: Named(u.Host)}), nil
+}

@@ -1,0 +1,49 @@
+package dsync
+
+import (
+	"errors"
+
+	"github.com/dsync-dev/dsync/backends"
+)
+
+// Sentinel errors. Every error dsync returns matches one of these with
+// errors.Is, through any wrapping (including per-node errors aggregated
+// across Redlock nodes). Errors caused by a done context also match the
+// context's error: a cancelled Acquire satisfies both
+// errors.Is(err, ErrNotAcquired) and errors.Is(err, context.Canceled).
+var (
+	// ErrNotAcquired: a lock, permit or leadership was not obtained: taken
+	// by another owner, or the caller's context ended first, or the retry
+	// policy gave up.
+	ErrNotAcquired = backends.ErrNotAcquired
+	// ErrNotHeld: Release or Extend on a hold this owner no longer has (it
+	// expired, was released already, or never was ours). A double Release
+	// returns it.
+	ErrNotHeld = backends.ErrNotHeld
+	// ErrLeaseLost: the lease ended without Release: a refresh found the
+	// hold gone, the local validity ran out, or auto-extension stopped at
+	// its bound. Lease.Err returns it once Done is closed.
+	ErrLeaseLost = errors.New("dsync: lease lost")
+	// ErrReleased: Lease.Err after a successful Release.
+	ErrReleased = errors.New("dsync: lease released")
+	// ErrExtendLimit: Extend refused because the lease reached its bound on
+	// extensions (count or total hold time). The lease stays valid until its
+	// current validity runs out.
+	ErrExtendLimit = errors.New("dsync: extension limit reached")
+	// ErrNoLeader: an election has no leader at the moment.
+	ErrNoLeader = errors.New("dsync: no leader")
+	// ErrUnsupported: the backend cannot do what was asked.
+	ErrUnsupported = backends.ErrUnsupported
+	// ErrClosed: the backend was closed.
+	ErrClosed = backends.ErrClosed
+	// ErrInvalid: bad input (empty key, TTL <= 0, malformed URL, unknown
+	// option...), reported before any network I/O. The error is an
+	// *InvalidError naming the problem.
+	ErrInvalid = backends.ErrInvalid
+	// ErrUnknownScheme: Open was given a URL whose scheme no imported
+	// backend registered.
+	ErrUnknownScheme = errors.New("dsync: unknown URL scheme")
+)
+
+// InvalidError names a bad argument, option or URL. It matches ErrInvalid.
+type InvalidError = backends.InvalidError

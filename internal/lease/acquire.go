@@ -1,0 +1,90 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/dsync-dev/dsync"
+	"github.com/dsync-dev/dsync/backends"
+	"github.com/dsync-dev/dsync/retry"
+)
+
+// Attempt makes one attempt to obtain a hold on key. On contention it
+// returns an error matching dsync.ErrNotAcquired. If the outcome is unknown
+// (the call failed or timed out) or the hold came back with no validity
+// left, it releases the token before returning, since the server may have
+// applied it, and the attempt counts as failed.
+func Attempt(ctx context.Context, cfg *Config, key string) (*Lease, error) {
+	token := NewToken()
+	req := backends.Request{Key: key, Token: token, Value: cfg.Value, TTL: cfg.TTL, Limit: cfg.Limit, Fence: cfg.Fence}
+	start := time.Now()
+	actx, cancel := context.WithTimeout(ctx, cfg.AttemptTimeout)
+	g, err := cfg.Driver.Acquire(actx, req)
+	cancel()
+	if err != nil {
+		if !final(err) && !errors.Is(err, dsync.ErrNotAcquired) {
+			_ = release(ctx, cfg, key, token)
+		}
+		return nil, err
+	}
+	expires := start.Add(g.TTL - cfg.Drift(g.TTL))
+	if !time.Now().Before(expires) {
+		_ = release(ctx, cfg, key, token)
+		return nil, fmt.Errorf("%w: %q: the attempt took longer than the lease's validity (ttl %v)", dsync.ErrNotAcquired, key, g.TTL)
+	}
+	return newLease(cfg, key, token, g, start, expires), nil
+}
+
+// final reports errors that no retry can cure.
+func final(err error) bool {
+	return errors.Is(err, dsync.ErrInvalid) || errors.Is(err, dsync.ErrClosed) || errors.Is(err, dsync.ErrUnsupported)
+}
+
+// Acquire blocks until it obtains a hold on key, retrying on contention and
+// on transient failures with the policy's jittered delays, and waking early
+// when the driver reports a release of key. It gives up when ctx ends or the
+// policy does, with an error matching dsync.ErrNotAcquired (and ctx's error
+// when that was the cause); nothing is left held then.
+func Acquire(ctx context.Context, cfg *Config, key string, policy retry.Policy) (*Lease, error) {
+	var wake <-chan struct{}
+	if n, ok := cfg.Driver.(backends.Notifier); ok {
+		// Subscribe before the first attempt so that a release between a
+		// failed attempt and the wait is not missed.
+		if sub, err := n.WatchReleases(ctx, key); err == nil {
+			defer sub.Close()
+			wake = sub.C()
+		}
+	}
+	b := policy.Start()
+	for {
+		l, err := Attempt(ctx, cfg, key)
+		if err == nil {
+			return l, nil
+		}
+		if final(err) {
+			return nil, err
+		}
+		if ctx.Err() != nil {
+			return nil, gaveUp(key, ctx.Err(), err)
+		}
+		d, ok := b.Next()
+		if !ok {
+			return nil, gaveUp(key, errors.New("the retry policy gave up"), err)
+		}
+		if werr := retry.Wait(ctx, d, wake); werr != nil {
+			return nil, gaveUp(key, werr, err)
+		}
+	}
+}
+
+// gaveUp builds the error of an Acquire that stopped trying: it matches
+// dsync.ErrNotAcquired, cause (ctx's error, typically) and the last
+// attempt's error.
+func gaveUp(key string, cause, last error) error {
+	if errors.Is(last, dsync.ErrNotAcquired) {
+		return fmt.Errorf("%w: %q is held by another owner: %w", dsync.ErrNotAcquired, key, cause)
+	}
+	return fmt.Errorf("%w: %q: %w (last attempt: %w)", dsync.ErrNotAcquired, key, cause, last)
+}

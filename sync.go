@@ -1,0 +1,202 @@
+// Package dsync defines the contract of the dsync toolkit: distributed locks,
+// counting semaphores and leader election over pluggable backends.
+//
+// Applications program against the interfaces in this package (Locker,
+// Lease, Semaphore, Permit, LeaderElection, Leadership) and pick a backend
+// by URL with Open:
+//
+//	import (
+//		"github.com/dsync-dev/dsync"
+//		"github.com/dsync-dev/dsync/locker"
+//		_ "github.com/dsync-dev/dsync/backends/redis" // registers redis:// and rediss://
+//	)
+//
+//	b, err := dsync.Open(ctx, os.Getenv("DSYNC_URL"))
+//	...
+//	l, err := locker.New(b, "nightly-report", nil)
+//	...
+//	err = dsync.Do(ctx, l, func(ctx context.Context) error {
+//		return run(ctx) // ctx is cancelled if the lock is lost
+//	})
+//
+// The portable implementations live in the locker, semaphore and leader
+// packages; backends live under backends/ and in redlock/.
+package dsync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Lease is a hold on a lock or on one slot of a semaphore, valid for a
+// limited time unless extended. All methods are safe for concurrent use.
+//
+// A lease ends exactly once: by Release (Err returns ErrReleased) or by loss
+// (Err returns an error matching ErrLeaseLost): a refresh found the hold gone,
+// its local validity ran out, or auto-extension stopped at its bound. Done is
+// closed when it ends. Leases are never re-entrant: acquiring the same key
+// again while holding it blocks like any other contender.
+type Lease interface {
+	// Key is the name the lease was acquired on.
+	Key() string
+	// Token is the fencing token: strictly greater than the token of every
+	// earlier lease on the same key, as far as the backend can promise (see
+	// the README's guarantees table). Pass it to the resource you protect so
+	// that it can reject writes from a stale holder. Zero if the backend or
+	// the locker's options provide no fencing.
+	Token() uint64
+	// Expires is the local (monotonic clock) time at which the lease stops
+	// being safe to rely on: the start of the attempt that obtained or last
+	// extended it, plus the TTL the server applied, minus the allowance for
+	// clock drift.
+	Expires() time.Time
+	// Validity is the time left until Expires, or zero once it has passed
+	// or the lease has ended.
+	Validity() time.Duration
+	// Done is closed when the lease ends (released or lost).
+	Done() <-chan struct{}
+	// Err returns nil while the lease is held, ErrReleased after Release,
+	// and an error matching ErrLeaseLost after loss.
+	Err() error
+	// Extend resets the lease's time to live on the backend, in one attempt
+	// bounded by ctx. It returns ErrExtendLimit once the lease's extension
+	// bound is reached, an error matching ErrLeaseLost if the hold turned
+	// out to be gone (the lease is then lost), ErrNotHeld after Release, or
+	// the backend's error if the attempt failed (the lease stays valid until
+	// Expires).
+	Extend(ctx context.Context) error
+	// AutoExtend starts extending the lease in the background, about every
+	// third of its TTL, within the extension bound of the options it was
+	// acquired with, until it ends. If an extension finds the hold gone, or
+	// the bound stops extension, the lease is lost when its validity runs
+	// out and Done is closed. Calling it more than once has no further
+	// effect. It never blocks.
+	AutoExtend()
+	// Release gives the hold up. If ctx is already done, Release still
+	// tries once on a fresh context with a short timeout, so that a
+	// cancelled caller does not leave the hold to expire. It returns
+	// ErrNotHeld if the hold had already expired or been released; the
+	// lease has ended either way.
+	Release(ctx context.Context) error
+}
+
+// Locker hands out leases on one key. Implementations are safe for
+// concurrent use; every lease is independent.
+type Locker interface {
+	// Acquire blocks until it obtains the lock, retrying with jittered
+	// backoff and waking early when the backend reports a release. If ctx
+	// ends or the retry policy gives up first, it returns an error matching
+	// ErrNotAcquired (and ctx's error when that was the cause) and leaves
+	// nothing held.
+	Acquire(ctx context.Context) (Lease, error)
+	// TryAcquire makes one attempt. It returns an error matching
+	// ErrNotAcquired if the lock is held by another owner.
+	TryAcquire(ctx context.Context) (Lease, error)
+}
+
+// Permit is a lease on one of a semaphore's slots. Each permit expires, is
+// extended and is released on its own.
+type Permit interface {
+	Lease
+}
+
+// Semaphore admits at most Size() holders of its permits at once.
+type Semaphore interface {
+	// Acquire blocks until a slot is free, like Locker.Acquire.
+	Acquire(ctx context.Context) (Permit, error)
+	// TryAcquire makes one attempt, like Locker.TryAcquire.
+	TryAcquire(ctx context.Context) (Permit, error)
+	// Size is the number of slots.
+	Size() int
+}
+
+// Leadership is one term of leadership, kept alive automatically while held.
+type Leadership interface {
+	// Term is a fencing token that grows with every new term.
+	Term() uint64
+	// Done is closed when leadership ends (resigned or lost).
+	Done() <-chan struct{}
+	// Err returns nil while leading, ErrReleased after Resign, and an error
+	// matching ErrLeaseLost after loss.
+	Err() error
+	// Resign gives leadership up at once, so that another candidate can
+	// take over without waiting for the term to expire.
+	Resign(ctx context.Context) error
+}
+
+// LeaderInfo is the state of an election as an observer sees it.
+type LeaderInfo struct {
+	// ID is the leader's candidate ID, or empty when there is no leader.
+	ID string
+}
+
+// LeaderElection elects one leader among candidates of the same name.
+type LeaderElection interface {
+	// Campaign blocks until this candidate leads, or ctx ends (an error
+	// matching ErrNotAcquired and ctx's error).
+	Campaign(ctx context.Context) (Leadership, error)
+	// Leader returns the current leader's candidate ID, or ErrNoLeader.
+	Leader(ctx context.Context) (string, error)
+	// Observe streams leader changes, including the lack of a leader, until
+	// ctx ends; then the channel is closed.
+	Observe(ctx context.Context) <-chan LeaderInfo
+}
+
+// Do acquires l (blocking), runs fn while auto-extending the lease, and
+// releases the lease when fn returns.
+//
+// fn's context is cancelled, with the lease's error as its cause, the moment
+// the lease is lost; fn should stop touching the protected resource then. If
+// the lease was lost while fn ran, Do returns an error matching ErrLeaseLost
+// even when fn returned nil. Otherwise it returns fn's error joined with any
+// release error. If the lock cannot be acquired, fn is not called and the
+// error matches ErrNotAcquired.
+func Do(ctx context.Context, l Locker, fn func(ctx context.Context) error) error {
+	if l == nil {
+		return &InvalidError{Field: "locker", Reason: "nil"}
+	}
+	if fn == nil {
+		return &InvalidError{Field: "fn", Reason: "nil"}
+	}
+	lease, err := l.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	return RunLeased(ctx, lease, fn)
+}
+
+// RunLeased runs fn while lease is held: it starts auto-extension, cancels
+// fn's context with the lease's error as cause when the lease is lost, and
+// releases the lease when fn returns. Do and the semaphore helpers are built
+// on it; use it directly for a lease obtained some other way. The result is
+// the same as Do's.
+func RunLeased(ctx context.Context, lease Lease, fn func(ctx context.Context) error) error {
+	lease.AutoExtend()
+	runCtx, cancel := context.WithCancelCause(ctx)
+	stopWatch := make(chan struct{})
+	watchDone := make(chan struct{})
+	go func() {
+		defer close(watchDone)
+		select {
+		case <-lease.Done():
+			cancel(lease.Err())
+		case <-stopWatch:
+		}
+	}()
+
+	fnErr := fn(runCtx)
+
+	close(stopWatch)
+	<-watchDone
+	cancel(nil)
+	relErr := lease.Release(ctx)
+	if lost := lease.Err(); errors.Is(lost, ErrLeaseLost) {
+		if fnErr != nil {
+			return errors.Join(fnErr, lost)
+		}
+		return fmt.Errorf("%w (while the function ran)", lost)
+	}
+	return errors.Join(fnErr, relErr)
+}

@@ -1,0 +1,329 @@
+package dsync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/dsync-dev/dsync/backends"
+)
+
+// Scheme registers a URL scheme with Open. Backend packages register theirs
+// in init(); applications blank-import the backend package, as with
+// database/sql drivers.
+type Scheme struct {
+	// Name is the URL scheme, lower case ("redis").
+	Name string
+	// Summary is one line for help output.
+	Summary string
+	// Example is a sample URL for help output.
+	Example string
+	// Options are the scheme's own query options, beyond CommonOptions.
+	// Open rejects any other option before calling OpenDriver.
+	Options []OptionDoc
+	// OpenDriver opens the driver. It receives the parsed URL with every
+	// query value already checked against Options; it must probe the
+	// server with ctx so that an unreachable one fails here, not later.
+	OpenDriver func(ctx context.Context, u *url.URL) (backends.Driver, error)
+}
+
+// OptionDoc documents one URL query option.
+type OptionDoc struct {
+	Name    string
+	Default string
+	Doc     string
+	// Repeatable options may appear more than once.
+	Repeatable bool
+	// Secret options are redacted from messages.
+	Secret bool
+}
+
+// CommonOptions are the query options every scheme accepts; they set the
+// Backend's Defaults.
+var CommonOptions = []OptionDoc{
+	{Name: "ttl", Default: "10s (locker default)", Doc: "lease time to live, a Go duration such as 30s"},
+	{Name: "retry_min", Default: "10ms (locker default)", Doc: "smallest delay between acquisition attempts (jittered)"},
+	{Name: "retry_max", Default: "200ms (locker default)", Doc: "largest delay between acquisition attempts (jittered)"},
+}
+
+var (
+	schemesMu sync.RWMutex
+	schemes   = map[string]Scheme{} // protected by schemesMu
+)
+
+// Register makes a scheme available to Open. It panics if the scheme is
+// malformed or already registered: both are programming errors.
+func Register(s Scheme) {
+	if s.Name == "" || s.Name != strings.ToLower(s.Name) || s.OpenDriver == nil {
+		panic(fmt.Sprintf("dsync: Register of malformed scheme %q (lower-case name and OpenDriver required)", s.Name))
+	}
+	schemesMu.Lock()
+	defer schemesMu.Unlock()
+	if _, dup := schemes[s.Name]; dup {
+		panic("dsync: Register called twice for scheme " + s.Name)
+	}
+	schemes[s.Name] = s
+}
+
+// Schemes lists the registered schemes, sorted by name.
+func Schemes() []Scheme {
+	schemesMu.RLock()
+	defer schemesMu.RUnlock()
+	out := make([]Scheme, 0, len(schemes))
+	for _, s := range schemes {
+		out = append(out, s)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// Open opens the backend a URL names:
+//
+//	redis://[:password@]host:6379[/db]    rediss:// for TLS
+//	redlock://h1:6379,h2:6379,h3:6379[/db]
+//	etcd://h1:2379,h2:2379[/prefix]
+//	memory://name
+//
+// with query options (?ttl=30s&...). The scheme's backend package must be
+// imported (usually blank-imported) to register it. A malformed URL or an
+// unknown option is an *InvalidError, an unregistered scheme matches
+// ErrUnknownScheme, and an unreachable server fails here within ctx. No error
+// or message contains the URL's password or secret options.
+func Open(ctx context.Context, rawURL string) (*Backend, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		// url.Error quotes the whole URL, password included.
+		return nil, &InvalidError{Field: "url", Reason: "malformed: " + redactParseError(rawURL, err)}
+	}
+	if u.Scheme == "" || !strings.Contains(rawURL, "://") {
+		return nil, &InvalidError{Field: "url", Reason: fmt.Sprintf("%q has no scheme (want one of %s)", RedactURL(rawURL), strings.Join(schemeNames(), ", "))}
+	}
+	name := strings.ToLower(u.Scheme)
+	schemesMu.RLock()
+	s, ok := schemes[name]
+	schemesMu.RUnlock()
+	if !ok {
+		return nil, fmt.Errorf("%w %q (registered: %s; forgotten import of its backend package, such as _ \"github.com/dsync-dev/dsync/backends/%s\"?)",
+			ErrUnknownScheme, name, strings.Join(schemeNames(), ", "), name)
+	}
+	redacted := RedactURL(rawURL)
+	defaults, err := checkQuery(u, s)
+	if err != nil {
+		return nil, err
+	}
+	d, err := s.OpenDriver(ctx, u)
+	if err != nil {
+		return nil, &redactedError{err: fmt.Errorf("dsync: open %s: %w", redacted, err), secrets: secretsOf(u)}
+	}
+	b, err := NewBackend(d, &BackendOptions{Name: redacted, Defaults: defaults})
+	if err != nil {
+		_ = d.Close()
+		return nil, err
+	}
+	return b, nil
+}
+
+func schemeNames() []string {
+	var names []string
+	for _, s := range Schemes() {
+		names = append(names, s.Name)
+	}
+	if len(names) == 0 {
+		return []string{"none"}
+	}
+	return names
+}
+
+// checkQuery rejects unknown or repeated options and parses the common ones.
+func checkQuery(u *url.URL, s Scheme) (Defaults, error) {
+	q, err := url.ParseQuery(u.RawQuery)
+	if err != nil {
+		return Defaults{}, &InvalidError{Field: "url", Reason: "malformed query: " + err.Error()}
+	}
+	known := map[string]OptionDoc{}
+	for _, o := range CommonOptions {
+		known[o.Name] = o
+	}
+	for _, o := range s.Options {
+		known[o.Name] = o
+	}
+	keys := make([]string, 0, len(q))
+	for k := range q {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		o, ok := known[k]
+		if !ok {
+			return Defaults{}, &InvalidError{Field: "url option " + strconvQuote(k), Reason: "unknown for scheme " + s.Name + " (known: " + strings.Join(optionNames(s), ", ") + ")"}
+		}
+		if len(q[k]) > 1 && !o.Repeatable {
+			return Defaults{}, &InvalidError{Field: "url option " + strconvQuote(k), Reason: "given more than once"}
+		}
+	}
+	var d Defaults
+	for _, f := range []struct {
+		name string
+		dst  *time.Duration
+	}{{"ttl", &d.TTL}, {"retry_min", &d.RetryMin}, {"retry_max", &d.RetryMax}} {
+		if !q.Has(f.name) {
+			continue
+		}
+		v, err := ParseDurationOption(f.name, q.Get(f.name))
+		if err != nil {
+			return Defaults{}, err
+		}
+		*f.dst = v
+	}
+	return d, d.validate()
+}
+
+// ParseDurationOption parses a positive Go duration given as URL option name.
+func ParseDurationOption(name, v string) (time.Duration, error) {
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return 0, &InvalidError{Field: "url option " + strconvQuote(name), Reason: fmt.Sprintf("%q is not a duration such as 500ms or 30s", v)}
+	}
+	if d <= 0 {
+		return 0, &InvalidError{Field: "url option " + strconvQuote(name), Reason: d.String() + " is not positive"}
+	}
+	return d, nil
+}
+
+func optionNames(s Scheme) []string {
+	var names []string
+	for _, o := range CommonOptions {
+		names = append(names, o.Name)
+	}
+	for _, o := range s.Options {
+		names = append(names, o.Name)
+	}
+	return names
+}
+
+func strconvQuote(s string) string { return fmt.Sprintf("%q", s) }
+
+// secretOptionNames are redacted from any URL, whatever its scheme.
+var secretOptionNames = []string{"password", "token", "secret", "auth"}
+
+// RedactURL returns rawURL with its password and the values of secret query
+// options (password, token, ...) replaced by "xxxxx". A URL that does not
+// parse is reduced to its scheme, so that nothing secret can leak from it.
+func RedactURL(rawURL string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		if i := strings.Index(rawURL, "://"); i > 0 && !strings.ContainsAny(rawURL[:i], "@:/") {
+			return rawURL[:i] + "://(unparsable URL redacted)"
+		}
+		return "(unparsable URL redacted)"
+	}
+	changed := false
+	if u.User != nil {
+		if _, has := u.User.Password(); has {
+			u.User = url.UserPassword(u.User.Username(), "xxxxx")
+			changed = true
+		}
+	}
+	if u.RawQuery != "" {
+		q, err := url.ParseQuery(u.RawQuery)
+		if err != nil {
+			u.RawQuery = "(redacted)"
+			changed = true
+		} else {
+			secret := false
+			for k := range q {
+				if isSecretOption(k) {
+					q[k] = []string{"xxxxx"}
+					secret = true
+				}
+			}
+			if secret {
+				u.RawQuery = q.Encode()
+				changed = true
+			}
+		}
+	}
+	if !changed {
+		return rawURL // u.String() would turn "memory://" into "memory:"
+	}
+	return u.String()
+}
+
+// isSecretOption reports options whose values are never printed: any whose
+// name contains password, token, secret or auth, and any a registered
+// scheme marks Secret.
+func isSecretOption(name string) bool {
+	lower := strings.ToLower(name)
+	if slices.ContainsFunc(secretOptionNames, func(s string) bool { return strings.Contains(lower, s) }) {
+		return true
+	}
+	schemesMu.RLock()
+	defer schemesMu.RUnlock()
+	for _, s := range schemes {
+		for _, o := range s.Options {
+			if o.Secret && o.Name == name {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// secretsOf lists the secret strings a URL carries, to scrub from messages.
+func secretsOf(u *url.URL) []string {
+	var out []string
+	if u.User != nil {
+		if p, ok := u.User.Password(); ok && p != "" {
+			out = append(out, p)
+		}
+	}
+	q, _ := url.ParseQuery(u.RawQuery)
+	for k, vs := range q {
+		if isSecretOption(k) {
+			for _, v := range vs {
+				if v != "" {
+					out = append(out, v)
+				}
+			}
+		}
+	}
+	return out
+}
+
+func redactParseError(rawURL string, err error) string {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	msg := err.Error()
+	if u, perr := url.Parse(rawURL); perr == nil && u.User != nil {
+		if p, ok := u.User.Password(); ok && p != "" {
+			msg = strings.ReplaceAll(msg, p, "xxxxx")
+		}
+	}
+	return msg + " (in " + RedactURL(rawURL) + ")"
+}
+
+// redactedError scrubs secrets from a wrapped error's message while keeping
+// it unwrappable, so that a driver error that echoes a password cannot leak
+// it.
+type redactedError struct {
+	err     error
+	secrets []string
+}
+
+func (e *redactedError) Error() string {
+	msg := e.err.Error()
+	for _, s := range e.secrets {
+		msg = strings.ReplaceAll(msg, s, "xxxxx")
+	}
+	return msg
+}
+
+func (e *redactedError) Unwrap() error { return e.err }

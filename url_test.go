@@ -1,0 +1,148 @@
+package dsync_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dsync-dev/dsync"
+	"github.com/dsync-dev/dsync/backends"
+	"github.com/dsync-dev/dsync/backends/memory"
+)
+
+// The "urltest" scheme opens a memory driver, or fails echoing the URL it
+// was given (password included) when the host is "fail", as a careless
+// driver might.
+var lastURL *url.URL
+
+func init() {
+	dsync.Register(dsync.Scheme{
+		Name:    "urltest",
+		Summary: "test scheme",
+		Options: []dsync.OptionDoc{{Name: "flavour", Default: "plain", Doc: "test option"}, {Name: "addr", Repeatable: true}, {Name: "apikey", Secret: true}},
+		OpenDriver: func(ctx context.Context, u *url.URL) (backends.Driver, error) {
+			lastURL = u
+			if u.Hostname() == "fail" {
+				return nil, fmt.Errorf("cannot reach %s", u.String())
+			}
+			return memory.New(nil), nil
+		},
+	})
+}
+
+func TestOpenCommonOptions(t *testing.T) {
+	b, err := dsync.Open(context.Background(), "urltest://h/?ttl=30s&retry_min=5ms&retry_max=1s&flavour=x&addr=a&addr=b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	want := dsync.Defaults{TTL: 30 * time.Second, RetryMin: 5 * time.Millisecond, RetryMax: time.Second}
+	if got := b.Defaults(); got != want {
+		t.Fatalf("Defaults = %+v, want %+v", got, want)
+	}
+	if lastURL.Query().Get("flavour") != "x" {
+		t.Fatalf("scheme option not passed to the driver: %v", lastURL)
+	}
+}
+
+func TestOpenErrors(t *testing.T) {
+	for _, tc := range []struct {
+		url  string
+		want error
+		text string // must appear in the message
+	}{
+		{"nosuch://h", dsync.ErrUnknownScheme, "forgotten import"},
+		{"nosuch://h", dsync.ErrUnknownScheme, "urltest"},
+		{"h:6379", dsync.ErrInvalid, "no scheme"},
+		{"", dsync.ErrInvalid, "no scheme"},
+		{"urltest://h:port/", dsync.ErrInvalid, "malformed"},
+		{"urltest://h/?colour=red", dsync.ErrInvalid, `"colour"`},
+		{"urltest://h/?colour=red", dsync.ErrInvalid, "known: ttl"},
+		{"urltest://h/?ttl=1s&ttl=2s", dsync.ErrInvalid, "more than once"},
+		{"urltest://h/?ttl=soon", dsync.ErrInvalid, "not a duration"},
+		{"urltest://h/?ttl=-1s", dsync.ErrInvalid, "not positive"},
+		{"urltest://h/?ttl=0s", dsync.ErrInvalid, "not positive"},
+		{"urltest://h/?retry_min=1s&retry_max=10ms", dsync.ErrInvalid, "below retry_min"},
+		{"urltest://h/?ttl=1s;x", dsync.ErrInvalid, "malformed query"},
+	} {
+		b, err := dsync.Open(context.Background(), tc.url)
+		if err == nil {
+			b.Close()
+			t.Errorf("Open(%q) succeeded", tc.url)
+			continue
+		}
+		if !errors.Is(err, tc.want) || !strings.Contains(err.Error(), tc.text) {
+			t.Errorf("Open(%q) = %v; want %v mentioning %q", tc.url, err, tc.want, tc.text)
+		}
+	}
+}
+
+func TestOpenNeverPrintsSecrets(t *testing.T) {
+	for _, raw := range []string{
+		"urltest://user:hunter2@fail:1/?apikey=k3y-secret",
+		"urltest://:hunter2@fail:1/?token=k3y-secret",
+		"urltest://user:hunter2@h:port/?apikey=k3y-secret",
+		"urltest://user:hunter2@h/?colour=k3y-secret&password=k3y-secret",
+	} {
+		_, err := dsync.Open(context.Background(), raw)
+		if err == nil {
+			t.Fatalf("Open(%q) succeeded", raw)
+		}
+		if msg := err.Error(); strings.Contains(msg, "hunter2") || strings.Contains(msg, "k3y-secret") && !strings.Contains(raw, "colour") {
+			t.Errorf("error leaks a secret: %s", msg)
+		}
+	}
+	b, err := dsync.Open(context.Background(), "urltest://user:hunter2@h/?apikey=k3y-secret&flavour=x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if s := b.String(); strings.Contains(s, "hunter2") || strings.Contains(s, "k3y-secret") || !strings.Contains(s, "flavour=x") {
+		t.Errorf("Backend.String() = %q: want secrets redacted and the rest kept", s)
+	}
+}
+
+func TestRedactURL(t *testing.T) {
+	for in, want := range map[string]string{
+		"redis://:pw@h:6379/0":              "redis://:xxxxx@h:6379/0",
+		"redis://u:pw@h/?password=pw&db=1":  "redis://u:xxxxx@h/?db=1&password=xxxxx",
+		"etcd://h1,h2/p?auth_token=abc":     "etcd://h1,h2/p?auth_token=xxxxx",
+		"memory://name":                     "memory://name",
+		"redis://u:p w@h:bad\x7f":           "redis://(unparsable URL redacted)",
+		"redis://user@h":                    "redis://user@h",
+		"redlock://a:1,b:2/?addr=%5B::1%5D": "redlock://a:1,b:2/?addr=%5B::1%5D",
+	} {
+		if got := dsync.RedactURL(in); got != want {
+			t.Errorf("RedactURL(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestRegisterPanics(t *testing.T) {
+	open := func(context.Context, *url.URL) (backends.Driver, error) { return nil, nil }
+	for name, s := range map[string]dsync.Scheme{
+		"duplicate":  {Name: "urltest", OpenDriver: open},
+		"empty name": {Name: "", OpenDriver: open},
+		"upper case": {Name: "Upper", OpenDriver: open},
+		"no opener":  {Name: "noopener"},
+	} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("Register %s did not panic", name)
+				}
+			}()
+			dsync.Register(s)
+		}()
+	}
+}
+
+func TestNewBackendRejectsNil(t *testing.T) {
+	if _, err := dsync.NewBackend(nil, nil); !errors.Is(err, dsync.ErrInvalid) {
+		t.Fatalf("NewBackend(nil): %v, want ErrInvalid", err)
+	}
+}

@@ -133,8 +133,10 @@ func TestWait(t *testing.T) {
 
 func TestInvalidOptions(t *testing.T) {
 	for name, fn := range map[string]func() (retry.Policy, error){
-		"negative min":      func() (retry.Policy, error) { return retry.NewExponential(&retry.ExponentialOptions{Min: -1}) },
-		"max below min":     func() (retry.Policy, error) { return retry.NewExponential(&retry.ExponentialOptions{Min: time.Second, Max: time.Millisecond}) },
+		"negative min": func() (retry.Policy, error) { return retry.NewExponential(&retry.ExponentialOptions{Min: -1}) },
+		"max below min": func() (retry.Policy, error) {
+			return retry.NewExponential(&retry.ExponentialOptions{Min: time.Second, Max: time.Millisecond})
+		},
 		"multiplier below1": func() (retry.Policy, error) { return retry.NewExponential(&retry.ExponentialOptions{Multiplier: 0.5}) },
 		"jitter 1":          func() (retry.Policy, error) { return retry.NewExponential(&retry.ExponentialOptions{Jitter: 1}) },
 		"negative tries":    func() (retry.Policy, error) { return retry.NewConstant(&retry.ConstantOptions{MaxTries: -1}) },

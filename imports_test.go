@@ -1,0 +1,71 @@
+package dsync_test
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// TestImportRules keeps the layering of DESIGN.md true: the SPI imports
+// nothing of the module, the portable packages never depend on a concrete
+// backend or client, the embedded etcd server stays out of the library, and
+// only retry imports the backoff library.
+func TestImportRules(t *testing.T) {
+	const mod = "github.com/dsync-dev/dsync"
+	deps := func(pkg string) []string {
+		t.Helper()
+		out, err := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}}", pkg).CombinedOutput()
+		if err != nil {
+			t.Fatalf("go list -deps %s: %v\n%s", pkg, err, out)
+		}
+		return strings.Fields(string(out))
+	}
+	forbid := func(pkg string, bad func(dep string) bool, why string) {
+		t.Helper()
+		for _, d := range deps(pkg) {
+			if d != pkg && bad(d) {
+				t.Errorf("%s depends on %s: %s", pkg, d, why)
+			}
+		}
+	}
+	isModule := func(d string) bool { return d == mod || strings.HasPrefix(d, mod+"/") }
+	isClient := func(d string) bool {
+		return strings.HasPrefix(d, "github.com/redis/go-redis") || strings.HasPrefix(d, "go.etcd.io/etcd")
+	}
+	isBackend := func(d string) bool {
+		return strings.HasPrefix(d, mod+"/backends/") && d != mod+"/backends/backendtest" || strings.HasPrefix(d, mod+"/redlock")
+	}
+
+	forbid(mod+"/backends", isModule, "the SPI imports nothing from this module")
+	portable := append([]string{mod, mod + "/locker", mod + "/retry", mod + "/internal/lease"},
+		optional(mod+"/semaphore", mod+"/leader")...)
+	for _, p := range portable {
+		forbid(p, isClient, "portable packages never import a Redis or etcd client")
+		forbid(p, isBackend, "portable packages never import a concrete backend; backends register by URL scheme")
+		forbid(p, func(d string) bool { return strings.HasPrefix(d, "go.etcd.io/etcd/server") }, "the etcd server is for tests and the CLI only")
+	}
+
+	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}}: {{join .Imports \" \"}}", "./...").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list ./...: %v\n%s", err, out)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		pkg, imports, _ := strings.Cut(line, ": ")
+		for _, imp := range strings.Fields(imports) {
+			if strings.HasPrefix(imp, "github.com/cenkalti/backoff") && pkg != mod+"/retry" {
+				t.Errorf("%s imports %s: only retry may", pkg, imp)
+			}
+		}
+	}
+}
+
+// optional returns the packages among pkgs that exist yet.
+func optional(pkgs ...string) []string {
+	var out []string
+	for _, p := range pkgs {
+		if exec.Command("go", "list", p).Run() == nil {
+			out = append(out, p)
+		}
+	}
+	return out
+}

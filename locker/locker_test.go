@@ -1,0 +1,175 @@
+package locker_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/dsync-dev/dsync"
+	"github.com/dsync-dev/dsync/backends/memory"
+	"github.com/dsync-dev/dsync/locker"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// newBackend returns a memory backend; inside a synctest bubble its clock
+// is the bubble's, so lease timing is exact.
+func newBackend(t *testing.T) *dsync.Backend {
+	b, err := dsync.NewBackend(memory.New(nil), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b
+}
+
+func TestValidityIsStartPlusTTLMinusDrift(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l, _ := locker.New(newBackend(t), "k", &locker.Options{TTL: 10 * time.Second})
+		start := time.Now()
+		ls, err := l.TryAcquire(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		drift := 10*time.Second/100 + 2*time.Millisecond
+		if got, want := ls.Expires(), start.Add(10*time.Second-drift); !got.Equal(want) {
+			t.Fatalf("Expires = start%+v, want start%+v", got.Sub(start), want.Sub(start))
+		}
+		<-ls.Done()
+		if lost := time.Since(start); lost != 10*time.Second-drift {
+			t.Fatalf("lease lost after %v, want exactly TTL - drift = %v", lost, 10*time.Second-drift)
+		}
+		if !errors.Is(ls.Err(), dsync.ErrLeaseLost) {
+			t.Fatalf("Err = %v", ls.Err())
+		}
+	})
+}
+
+func TestAutoExtendCadenceAndMaxHold(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const ttl = 3 * time.Second
+		l, _ := locker.New(newBackend(t), "k", &locker.Options{TTL: ttl, AutoExtend: true, MaxHold: 10 * time.Second})
+		start := time.Now()
+		ls, err := l.TryAcquire(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Extensions every TTL/3 = 1s; the one at 7s is the last that stays
+		// within MaxHold (7s + 3s = 10s); the lease then ends at 7s + TTL - drift.
+		<-ls.Done()
+		drift := ttl/100 + 2*time.Millisecond
+		if lost, want := time.Since(start), 7*time.Second+ttl-drift; lost != want {
+			t.Fatalf("lease lost after %v, want %v", lost, want)
+		}
+		if err := ls.Err(); !errors.Is(err, dsync.ErrLeaseLost) || !strings.Contains(err.Error(), "maximum hold time") {
+			t.Fatalf("Err = %v, want ErrLeaseLost naming the maximum hold time", err)
+		}
+	})
+}
+
+func TestAutoExtendMaxExtensions(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const ttl = 3 * time.Second
+		l, _ := locker.New(newBackend(t), "k", &locker.Options{TTL: ttl, AutoExtend: true, MaxExtensions: 2})
+		start := time.Now()
+		ls, _ := l.TryAcquire(context.Background())
+		<-ls.Done()
+		drift := ttl/100 + 2*time.Millisecond
+		if lost, want := time.Since(start), 2*time.Second+ttl-drift; lost != want {
+			t.Fatalf("lease lost after %v, want %v (two extensions, one per second)", lost, want)
+		}
+		if err := ls.Err(); !strings.Contains(err.Error(), "2 extensions") {
+			t.Fatalf("Err = %v, want it to name the count bound", err)
+		}
+	})
+}
+
+func TestAutoExtendUnboundedWithNegativeMaxHold(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l, _ := locker.New(newBackend(t), "k", &locker.Options{TTL: 30 * time.Second, AutoExtend: true, MaxHold: -1})
+		ls, _ := l.TryAcquire(context.Background())
+		time.Sleep(3 * time.Hour) // fake time: 3 hours of extensions
+		if err := ls.Err(); err != nil {
+			t.Fatalf("unbounded lease ended: %v", err)
+		}
+		if err := ls.Release(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+func TestLossIsDetectedAtRefresh(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.NewStore(nil)
+		b, _ := dsync.NewBackend(memory.New(&memory.Options{Store: store}), nil)
+		defer b.Close()
+		const ttl = 3 * time.Second
+		l, _ := locker.New(b, "k", &locker.Options{TTL: ttl, AutoExtend: true})
+		start := time.Now()
+		ls, _ := l.TryAcquire(context.Background())
+		// Someone deletes the hold behind our back: an operator, a server
+		// that lost its data. The next refresh (at TTL/3) must notice.
+		time.Sleep(500 * time.Millisecond)
+		other := memory.New(&memory.Options{Store: store})
+		defer other.Close()
+		info, err := other.Holder(context.Background(), "k")
+		if err != nil || info.TTL <= 0 {
+			t.Fatalf("Holder: %v", err)
+		}
+		stealToken(t, ls, other)
+		<-ls.Done()
+		if lost := time.Since(start); lost != time.Second {
+			t.Fatalf("loss detected after %v, want at the first refresh (1s)", lost)
+		}
+		if err := ls.Err(); !errors.Is(err, dsync.ErrLeaseLost) || !errors.Is(err, dsync.ErrNotHeld) {
+			t.Fatalf("Err = %v, want ErrLeaseLost wrapping ErrNotHeld", err)
+		}
+	})
+}
+
+// stealToken releases ls's hold through another client, as if it expired.
+func stealToken(t *testing.T, ls dsync.Lease, d *memory.Driver) {
+	t.Helper()
+	tok := ls.(interface{ HoldToken() string }).HoldToken()
+	if err := d.Release(context.Background(), ls.Key(), tok); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestReleaseOnCancelledContextStillReleases(t *testing.T) {
+	b := newBackend(t)
+	l, _ := locker.New(b, "k", nil)
+	ls, err := l.TryAcquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := ls.Release(ctx); err != nil {
+		t.Fatalf("Release on a cancelled context: %v", err)
+	}
+	if _, err := b.Driver().Holder(context.Background(), "k"); !errors.Is(err, dsync.ErrNotHeld) {
+		t.Fatalf("hold still there after Release on a cancelled context: %v", err)
+	}
+}
+
+func TestURLDefaultsApply(t *testing.T) {
+	b, err := dsync.Open(context.Background(), "memory://locker-defaults?ttl=42s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	l, _ := locker.New(b, "k", nil)
+	if l.TTL() != 42*time.Second {
+		t.Fatalf("TTL = %v, want the URL's 42s", l.TTL())
+	}
+	l, _ = locker.New(b, "k", &locker.Options{TTL: time.Second})
+	if l.TTL() != time.Second {
+		t.Fatalf("TTL = %v, want the option's 1s over the URL's", l.TTL())
+	}
+}

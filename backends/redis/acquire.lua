@@ -1,0 +1,17 @@
+-- acquire.lua: one attempt to obtain a hold.
+--
+-- KEYS[1]  the hold                 P{K}
+-- KEYS[2]  the fence counter        P{K}:fence
+-- ARGV[1]  the hold's value         token, or token .. "\n" .. value
+-- ARGV[2]  time to live, in ms
+-- ARGV[3]  "1" to draw a fencing token, "0" not to
+--
+-- Returns 0 when the key is held already; otherwise the new fence counter
+-- when one was asked for, or 1 when none was.
+if not redis.call("SET", KEYS[1], ARGV[1], "NX", "PX", ARGV[2]) then
+	return 0
+end
+if ARGV[3] == "1" then
+	return redis.call("INCR", KEYS[2])
+end
+return 1

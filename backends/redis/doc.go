@@ -1,0 +1,67 @@
+// Package redis is the single-instance Redis driver for dsync: locks on one
+// Redis server (or a Sentinel-managed primary, or a Redis Cluster), with
+// fencing tokens and release notices over pub/sub.
+//
+// Applications either open it by URL, after a blank import that registers
+// the redis:// and rediss:// schemes:
+//
+//	import _ "github.com/dsync-dev/dsync/backends/redis"
+//
+//	b, err := dsync.Open(ctx, "redis://:password@localhost:6379/0?prefix=myapp:")
+//
+// or hand it a go-redis client they already have, with New, and wrap the
+// driver with dsync.NewBackend.
+//
+// # Guarantees
+//
+// Read these before choosing this backend; the Redlock backend (package
+// redlock) exists because of the second one.
+//
+//   - Mutual exclusion holds while the one server keeps its data: this is
+//     efficiency-grade locking (it stops two workers from doing the same
+//     job twice in the normal case), not a correctness guarantee under
+//     faults.
+//   - Redis replication is asynchronous. If the primary fails over to a
+//     replica (Sentinel, Cluster) before a hold reached it, or restarts
+//     without persistence, the hold is gone and the lock can be granted
+//     twice. Fencing tokens can go back or repeat in the same cases.
+//   - Expiry follows the server's wall clock. A server whose clock jumps
+//     forward expires holds early; the layer above measures validity on the
+//     client's monotonic clock and cannot see that.
+//   - Fencing tokens are strictly increasing per key while the server keeps
+//     its data. Each distinct key that was ever acquired with fencing leaves
+//     one small string key behind forever (its counter: about 50 to 60
+//     bytes of server memory plus the key's name). An application that locks
+//     an unbounded number of distinct keys should turn fencing off
+//     (Request.Fence false, which the locker offers as an option) or reuse a
+//     bounded key space.
+//   - Release notices (WatchReleases) are hints: a notice can be missed (for
+//     instance while the pub/sub connection reconnects) or arrive without a
+//     release the waiter can use. Waiters keep retrying on their own schedule.
+//
+// # Storage layout
+//
+// With the key prefix P (Options.Prefix, "dsync:" by default) and a lock key
+// K, the driver uses:
+//
+//	P{K}           string  the hold: the token, or token + "\n" + value when
+//	                       the request carries a value; expires after the TTL
+//	P{K}:fence     string  the fencing counter (INCR), never expires
+//	P{K}:released  channel PUBLISHed to when a hold is released
+//
+// The braces are a Redis Cluster hash tag, so all of one key's Redis keys
+// live in one slot and each script touches a single slot. Tokens must not
+// contain "\n", since that separates the token from the value. Every
+// operation is one Lua script (acquire.lua, release.lua, refresh.lua,
+// holder.lua, embedded in the package) run with EVALSHA, falling back to
+// EVAL when the server's script cache was emptied (after a restart or
+// SCRIPT FLUSH).
+//
+// # One attempt per call
+//
+// Each method makes one attempt, as the dsync driver SPI requires. A client
+// the driver creates from a URL is built so: go-redis's own command retries
+// are off unless the URL sets max_retries, and context deadlines bound every
+// round trip (go-redis's ContextTimeoutEnabled). A client passed to New is
+// used as configured; see New.
+package redis

@@ -1,0 +1,207 @@
+package redis_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/dsync-dev/dsync/backends"
+	"github.com/dsync-dev/dsync/backends/redis"
+	"github.com/dsync-dev/dsync/internal/redistest"
+)
+
+// numSub is the number of server-side subscribers of key's release channel.
+func numSub(ctx context.Context, t *testing.T, client *goredis.Client, key string) int64 {
+	t.Helper()
+	ch := "dsync:{" + key + "}:released"
+	m, err := client.PubSubNumSub(ctx, ch).Result()
+	if err != nil {
+		t.Fatalf("PUBSUB NUMSUB: %v", err)
+	}
+	return m[ch]
+}
+
+// watch subscribes to key and waits until the server has the subscription
+// active: WatchReleases itself does not wait for the confirmation.
+func watch(ctx context.Context, t *testing.T, d *redis.Driver, client *goredis.Client, key string) backends.Subscription {
+	t.Helper()
+	sub, err := d.WatchReleases(ctx, key)
+	if err != nil {
+		t.Fatalf("WatchReleases: %v", err)
+	}
+	t.Cleanup(sub.Close)
+	eventually(t, 5*time.Second, "the subscription to be active", func() bool {
+		return numSub(ctx, t, client, key) > 0
+	})
+	return sub
+}
+
+func cycle(ctx context.Context, t *testing.T, d *redis.Driver, key, token string) {
+	t.Helper()
+	if _, err := d.Acquire(ctx, req(key, token, time.Minute)); err != nil {
+		t.Fatalf("Acquire: %v", err)
+	}
+	if err := d.Release(ctx, key, token); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+}
+
+func receive(t *testing.T, sub backends.Subscription, what string) {
+	t.Helper()
+	select {
+	case <-sub.C():
+	case <-time.After(5 * time.Second):
+		t.Fatalf("no release notice for %s within 5s", what)
+	}
+}
+
+func empty(sub backends.Subscription) bool {
+	select {
+	case <-sub.C():
+		return false
+	default:
+		return true
+	}
+}
+
+func TestWatchReleases(t *testing.T) {
+	srv := redistest.Start(t, nil)
+	d, client := newDriver(t, srv, nil)
+	ctx := testCtx(t)
+	key, other := t.Name(), t.Name()+"-other"
+
+	a := watch(ctx, t, d, client, key)
+	b := watch(ctx, t, d, client, key) // same key: one server subscription
+	o := watch(ctx, t, d, client, other)
+	if n := numSub(ctx, t, client, key); n != 1 {
+		t.Errorf("NUMSUB with two watchers on one driver = %d, want 1 (one shared connection)", n)
+	}
+
+	cycle(ctx, t, d, key, "t1")
+	receive(t, a, "watcher a")
+	receive(t, b, "watcher b")
+	if !empty(o) {
+		t.Errorf("a watcher of another key got a notice")
+	}
+
+	// A release that is not ours to make publishes nothing.
+	if _, err := d.Acquire(ctx, req(key, "t2", time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Release(ctx, key, "not-t2"); err == nil {
+		t.Fatal("foreign Release succeeded")
+	}
+	if err := d.Release(ctx, key, "t2"); err != nil {
+		t.Fatal(err)
+	}
+	receive(t, a, "watcher a, second release")
+
+	// Coalescing: three releases, then one on the other key. Messages on the
+	// connection are dispatched in order, so once the other key's notice is
+	// in, all three have been handed to a, which holds exactly one.
+	for _, tok := range []string{"c1", "c2", "c3"} {
+		cycle(ctx, t, d, key, tok)
+	}
+	cycle(ctx, t, d, other, "o1")
+	receive(t, o, "the other key")
+	receive(t, a, "watcher a, coalesced")
+	if !empty(a) {
+		t.Errorf("three releases gave more than one notice")
+	}
+
+	// Closing one of two watchers keeps the channel subscribed; closing the
+	// last unsubscribes it.
+	b.Close()
+	b.Close() // idempotent
+	if n := numSub(ctx, t, client, key); n != 1 {
+		t.Errorf("NUMSUB after closing one of two watchers = %d, want 1", n)
+	}
+	cycle(ctx, t, d, key, "t3")
+	receive(t, a, "watcher a after b closed")
+	a.Close()
+	eventually(t, 5*time.Second, "the channel to be unsubscribed", func() bool {
+		return numSub(ctx, t, client, key) == 0
+	})
+
+	// A new watcher subscribes the channel again on the same connection.
+	c := watch(ctx, t, d, client, key)
+	cycle(ctx, t, d, key, "t4")
+	receive(t, c, "a watcher that came back")
+}
+
+// TestWatchReleasesAcrossDrivers checks that a release made by one process
+// (here, one driver) wakes a watcher of another.
+func TestWatchReleasesAcrossDrivers(t *testing.T) {
+	srv := redistest.Start(t, nil)
+	d1, client := newDriver(t, srv, nil)
+	d2, _ := newDriver(t, srv, nil)
+	ctx := testCtx(t)
+	key := t.Name()
+
+	sub := watch(ctx, t, d1, client, key)
+	cycle(ctx, t, d2, key, "tok")
+	receive(t, sub, "a release by another driver")
+}
+
+// TestWatchReleasesConcurrent churns watchers of a few keys from several
+// goroutines while releases happen, for the race detector and the leak
+// check; the driver's Close must still end cleanly.
+func TestWatchReleasesConcurrent(t *testing.T) {
+	srv := redistest.Start(t, nil)
+	d, _ := newDriver(t, srv, nil)
+	ctx := testCtx(t)
+	keys := []string{t.Name() + "-0", t.Name() + "-1", t.Name() + "-2"}
+
+	done := make(chan error, 8)
+	for g := range 8 {
+		go func() {
+			var err error
+			defer func() { done <- err }()
+			for i := range 30 {
+				key := keys[(g+i)%len(keys)]
+				var sub backends.Subscription
+				sub, err = d.WatchReleases(ctx, key)
+				if err != nil {
+					return
+				}
+				if g%2 == 0 {
+					tok := string(rune('a'+g)) + string(rune('a'+i))
+					if _, aerr := d.Acquire(ctx, req(key, tok, time.Minute)); aerr == nil {
+						_ = d.Release(ctx, key, tok)
+					}
+				}
+				sub.Close()
+			}
+		}()
+	}
+	for range 8 {
+		if err := <-done; err != nil {
+			t.Errorf("WatchReleases: %v", err)
+		}
+	}
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestWatchReleasesAfterRestart restarts the server under a watcher: the
+// shared pub/sub connection reconnects and subscribes again on its own.
+func TestWatchReleasesAfterRestart(t *testing.T) {
+	srv := redistest.Start(t, nil)
+	d, client := newDriver(t, srv, nil)
+	ctx := testCtx(t)
+	key := t.Name()
+
+	sub := watch(ctx, t, d, client, key)
+	if err := srv.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 15*time.Second, "the subscription to come back after a restart", func() bool {
+		m, err := client.PubSubNumSub(ctx, "dsync:{"+key+"}:released").Result()
+		return err == nil && m["dsync:{"+key+"}:released"] > 0
+	})
+	cycle(ctx, t, d, key, "tok")
+	receive(t, sub, "a release after the restart")
+}

@@ -1,0 +1,195 @@
+package redis_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/dsync-dev/dsync"
+	"github.com/dsync-dev/dsync/backends"
+	"github.com/dsync-dev/dsync/internal/redistest"
+)
+
+func TestSchemesRegistered(t *testing.T) {
+	got := map[string]dsync.Scheme{}
+	for _, s := range dsync.Schemes() {
+		got[s.Name] = s
+	}
+	for _, name := range []string{"redis", "rediss"} {
+		s, ok := got[name]
+		if !ok {
+			t.Errorf("scheme %s not registered", name)
+			continue
+		}
+		has := map[string]bool{}
+		for _, o := range s.Options {
+			if o.Default == "" || o.Doc == "" {
+				t.Errorf("%s option %s lacks a default or a doc", name, o.Name)
+			}
+			has[o.Name] = true
+		}
+		for _, o := range []string{"prefix", "db", "dial_timeout", "read_timeout", "write_timeout", "pool_size"} {
+			if !has[o] {
+				t.Errorf("%s does not list option %s", name, o)
+			}
+		}
+		if has["skip_verify"] != (name == "rediss") {
+			t.Errorf("%s lists skip_verify = %v, want it for rediss only", name, has["skip_verify"])
+		}
+	}
+}
+
+// openAndUse opens rawURL, takes a hold on key with fencing and returns the
+// backend, closed when the test ends.
+func openAndUse(t *testing.T, rawURL, key string) *dsync.Backend {
+	t.Helper()
+	ctx := testCtx(t)
+	b, err := dsync.Open(ctx, rawURL)
+	if err != nil {
+		t.Fatalf("Open(%s): %v", rawURL, err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	if _, err := b.Driver().Acquire(ctx, req(key, "tok", time.Minute)); err != nil {
+		t.Fatalf("Acquire through %s: %v", rawURL, err)
+	}
+	return b
+}
+
+func TestOpenURL(t *testing.T) {
+	srv := redistest.Start(t, nil)
+	ctx := testCtx(t)
+	addr := srv.Addr()
+	exists := func(db int, key string) bool {
+		t.Helper()
+		c := goredis.NewClient(&goredis.Options{Addr: addr, DB: db})
+		defer c.Close()
+		n, err := c.Exists(ctx, key).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n == 1
+	}
+
+	t.Run("plain", func(t *testing.T) {
+		b := openAndUse(t, srv.URL(), "plain")
+		if !exists(0, "dsync:{plain}") {
+			t.Error("hold not in db 0 under the default prefix")
+		}
+		if b.Driver().Capabilities().Name != "redis" {
+			t.Errorf("driver %q", b.Driver().Capabilities().Name)
+		}
+	})
+	t.Run("db path", func(t *testing.T) {
+		openAndUse(t, "redis://"+addr+"/3", "indb3")
+		if !exists(3, "dsync:{indb3}") || exists(0, "dsync:{indb3}") {
+			t.Error("hold not in db 3 alone")
+		}
+	})
+	t.Run("db option", func(t *testing.T) {
+		openAndUse(t, "redis://"+addr+"?db=5", "indb5")
+		if !exists(5, "dsync:{indb5}") {
+			t.Error("hold not in db 5")
+		}
+	})
+	t.Run("prefix and common and go-redis options", func(t *testing.T) {
+		b := openAndUse(t, "redis://"+addr+"/2?prefix=app:&ttl=30s&retry_min=5ms&retry_max=1s&dial_timeout=2s&read_timeout=1s&pool_size=4&max_retries=1",
+			"prefixed")
+		if !exists(2, "app:{prefixed}") {
+			t.Error("hold not under the app: prefix")
+		}
+		if got := b.Defaults(); got.TTL != 30*time.Second || got.RetryMin != 5*time.Millisecond || got.RetryMax != time.Second {
+			t.Errorf("Defaults() = %+v, want the URL's ttl and retry bounds", got)
+		}
+	})
+	t.Run("close", func(t *testing.T) {
+		b := openAndUse(t, srv.URL(), "closing")
+		if err := b.Close(); err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+		if _, err := b.Driver().Holder(ctx, "closing"); !errors.Is(err, backends.ErrClosed) {
+			t.Errorf("Holder after Close = %v, want ErrClosed", err)
+		}
+	})
+}
+
+func TestOpenURLPassword(t *testing.T) {
+	srv := redistest.Start(t, &redistest.Options{Password: "s3cret"})
+	ctx := testCtx(t)
+
+	openAndUse(t, srv.URL(), "withpass")
+	openAndUse(t, "redis://:s3cret@"+srv.Addr(), "withpass2")
+	openAndUse(t, "redis://default:s3cret@"+srv.Addr()+"/1", "withuser")
+
+	_, err := dsync.Open(ctx, "redis://:wrong-s3cret@"+srv.Addr())
+	if err == nil {
+		t.Fatal("Open with a wrong password succeeded")
+	}
+	if strings.Contains(err.Error(), "s3cret") {
+		t.Errorf("error leaks the password: %v", err)
+	}
+	if !strings.Contains(err.Error(), srv.Addr()) {
+		t.Errorf("error does not name the server %s: %v", srv.Addr(), err)
+	}
+	var rerr goredis.Error
+	if !errors.As(err, &rerr) {
+		t.Errorf("the server's refusal is not passed through: %v", err)
+	}
+}
+
+func TestOpenURLInvalid(t *testing.T) {
+	for _, u := range []string{
+		"redis://127.0.0.1:1?bogus=1",           // unknown option: dsync.Open rejects it
+		"redis://127.0.0.1:1?idle_timeout=1s",   // go-redis alias we do not list
+		"redis://127.0.0.1:1?skip_verify=true",  // rediss only
+		"redis://127.0.0.1:1?prefix=a{b",        // breaks the hash tag
+		"redis://127.0.0.1:1?prefix=",           // empty
+		"redis://127.0.0.1:1/x",                 // bad db
+		"redis://127.0.0.1:1/1/2",               // bad path
+		"redis://127.0.0.1:1?db=x",              // bad db option
+		"redis://127.0.0.1:1?dial_timeout=soon", // go-redis rejects the value
+		"redis://127.0.0.1:1?pool_size=many",
+		"redis://127.0.0.1:1?ttl=-1s", // common option, checked by the root
+	} {
+		t.Run(u, func(t *testing.T) {
+			// 127.0.0.1:1 has no server: an invalid URL must fail before
+			// any dial, with ErrInvalid.
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			b, err := dsync.Open(ctx, u)
+			if err == nil {
+				b.Close()
+				t.Fatal("Open succeeded")
+			}
+			if !errors.Is(err, backends.ErrInvalid) {
+				t.Errorf("Open = %v, want ErrInvalid", err)
+			}
+		})
+	}
+}
+
+func TestOpenURLUnreachable(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	start := time.Now()
+	_, err := dsync.Open(ctx, "redis://:s3cret@127.0.0.1:1/0")
+	if err == nil {
+		t.Fatal("Open of 127.0.0.1:1 succeeded")
+	}
+	if time.Since(start) > 3*time.Second {
+		t.Errorf("Open took %v, beyond its 1s context", time.Since(start))
+	}
+	msg := err.Error()
+	if !strings.Contains(msg, "redis at 127.0.0.1:1: unreachable") {
+		t.Errorf("error does not name the unreachable address: %v", msg)
+	}
+	if strings.Contains(msg, "s3cret") {
+		t.Errorf("error leaks the password: %v", msg)
+	}
+	if errors.Is(err, backends.ErrInvalid) {
+		t.Errorf("unreachable server reported as an invalid URL: %v", err)
+	}
+}

@@ -1,0 +1,92 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/dsync-dev/dsync/internal/redistest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func runCLI(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	code := run(ctx, args, &stdout, &stderr)
+	return code, stdout.String(), stderr.String()
+}
+
+func TestDemoOnMemory(t *testing.T) {
+	code, out, errOut := runCLI(t, "demo", "--url", "memory://cli-demo", "--workers", "3", "--rounds", "3", "--work", "5ms")
+	if code != exitOK || !strings.Contains(out, "OK: mutual exclusion held") || !strings.Contains(out, "acquisitions:              9") {
+		t.Fatalf("demo exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+}
+
+func TestDemoStartsItsOwnRedis(t *testing.T) {
+	if _, err := redistest.Lookup(); err != nil {
+		t.Fatal(err) // the message says how to install redis-server
+	}
+	t.Setenv("DSYNC_URL", "")
+	code, out, errOut := runCLI(t, "demo", "--workers", "2", "--rounds", "2", "--work", "5ms")
+	if code != exitOK || !strings.Contains(out, "started redis-server") || !strings.Contains(out, "stopped the redis-server") ||
+		!strings.Contains(out, "backend: redis://127.0.0.1:") || !strings.Contains(out, "OK: mutual exclusion held") {
+		t.Fatalf("demo exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+}
+
+func TestDemoCheckerReportsViolations(t *testing.T) {
+	// Negative control: two overlapping holds and a stale token must fail.
+	r := &demoResult{maxInside: 1, holds: []hold{
+		{worker: 1, token: 5, acquired: 0, released: 10 * time.Millisecond},
+		{worker: 2, token: 4, acquired: 5 * time.Millisecond, released: 20 * time.Millisecond},
+	}}
+	var out bytes.Buffer
+	if code := r.report(&out, 2); code != exitFail || !strings.Contains(out.String(), "overlapping holds:         1") ||
+		!strings.Contains(out.String(), "fencing token 4 granted after 5") {
+		t.Fatalf("checker exit %d on a violation:\n%s", code, out.String())
+	}
+}
+
+func TestCLIErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"demo", "--url", "nosuch://h"}, "unknown URL scheme"},
+		{[]string{"demo", "--url", "redis://:hunter2@127.0.0.1:1/?colour=red"}, `url option "colour"`},
+		{[]string{"demo", "--url", "redis://:hunter2@127.0.0.1:1/"}, "unreachable"},
+		{[]string{"demo", "--url", "redis://h:port"}, "malformed"},
+		{[]string{"demo", "--workers", "0"}, "at least 1"},
+		{[]string{"demo", "--no-such-flag"}, "not defined"},
+		{[]string{"frobnicate"}, "unknown command"},
+		{nil, "usage"},
+	} {
+		code, _, errOut := runCLI(t, tc.args...)
+		if code != exitUsage || !strings.Contains(errOut, tc.want) || strings.Contains(errOut, "hunter2") {
+			t.Errorf("dsync %v: exit %d, stderr %q; want exit 2 mentioning %q without the password", tc.args, code, errOut, tc.want)
+		}
+		if lines := strings.Count(strings.TrimSpace(errOut), "\n") + 1; tc.args != nil && tc.args[0] != "frobnicate" && len(tc.args) > 1 && strings.HasPrefix(tc.args[1], "--url") && lines != 1 {
+			t.Errorf("dsync %v: %d lines of error, want one:\n%s", tc.args, lines, errOut)
+		}
+	}
+}
+
+func TestURLHelpListsSchemesAndOptions(t *testing.T) {
+	code, out, _ := runCLI(t, "url-help")
+	for _, want := range []string{"memory://", "redis://", "rediss://", "ttl", "retry_min", "prefix"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("url-help lacks %q:\n%s", want, out)
+		}
+	}
+	if code != exitOK {
+		t.Fatalf("url-help exit %d", code)
+	}
+}

@@ -8,9 +8,11 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/dsync-dev/dsync"
 	"github.com/dsync-dev/dsync/backends"
 	"github.com/dsync-dev/dsync/backends/redis"
 	"github.com/dsync-dev/dsync/internal/redistest"
+	"github.com/dsync-dev/dsync/locker"
 )
 
 // benchTTL is not a whole number of seconds, so that go-redis's SetNX sends
@@ -76,6 +78,26 @@ func BenchmarkLockCycle(b *testing.B) {
 			}
 		}
 	}
+	b.Run("locker", func(b *testing.B) {
+		b.ReportAllocs()
+		backend, err := dsync.NewBackend(d, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		l, err := locker.New(backend, b.Name(), &locker.Options{TTL: benchTTL})
+		if err != nil {
+			b.Fatal(err)
+		}
+		for b.Loop() {
+			lease, err := l.TryAcquire(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := lease.Release(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 	b.Run("driver", driver(false))
 	b.Run("driver+fence", driver(true))
 	b.Run("raw", func(b *testing.B) {
@@ -95,4 +117,60 @@ func BenchmarkLockCycle(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkLockCycleRatio interleaves one cycle through the locker (the
+// path applications use, fencing on) with one raw cycle, so that both see
+// the same machine noise, and reports each one's mean and their ratio.
+func BenchmarkLockCycleRatio(b *testing.B) {
+	srv := redistest.Start(b, nil)
+	client := srv.NewClient(b)
+	d, err := redis.New(client, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	backend, _ := dsync.NewBackend(d, nil)
+	b.Cleanup(func() { _ = backend.Close() })
+	ctx := context.Background()
+	l, err := locker.New(backend, "ratio", &locker.Options{TTL: benchTTL})
+	if err != nil {
+		b.Fatal(err)
+	}
+	dsyncCycle := func() {
+		lease, err := l.TryAcquire(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := lease.Release(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	i := 0
+	rawCycle := func() {
+		i++
+		tok := "tok-" + strconv.Itoa(i)
+		if ok, err := client.SetNX(ctx, "raw:ratio", tok, benchTTL).Result(); err != nil || !ok {
+			b.Fatalf("SET NX = %v, %v", ok, err)
+		}
+		if n, err := rawRelease.Run(ctx, client, []string{"raw:ratio"}, tok).Int64(); err != nil || n != 1 {
+			b.Fatalf("compare-and-delete = %v, %v", n, err)
+		}
+	}
+	for range 300 { // warm connections and script caches
+		dsyncCycle()
+		rawCycle()
+	}
+	var tDsync, tRaw time.Duration
+	for b.Loop() {
+		t0 := time.Now()
+		dsyncCycle()
+		t1 := time.Now()
+		rawCycle()
+		t2 := time.Now()
+		tDsync += t1.Sub(t0)
+		tRaw += t2.Sub(t1)
+	}
+	b.ReportMetric(float64(tDsync.Nanoseconds())/float64(b.N), "dsync-ns/cycle")
+	b.ReportMetric(float64(tRaw.Nanoseconds())/float64(b.N), "raw-ns/cycle")
+	b.ReportMetric(float64(tDsync)/float64(tRaw), "ratio")
 }

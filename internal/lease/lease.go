@@ -79,9 +79,10 @@ type Lease struct {
 	autoOnce sync.Once
 	autoWG   sync.WaitGroup // the auto-extension goroutine
 	// autoCtx ends when the lease does, cutting short an extension in
-	// flight so that Release never waits for a slow server.
+	// flight so that Release never waits for a slow server. It is made by
+	// AutoExtend (under mu), so leases that never auto-extend pay nothing.
 	autoCtx    context.Context
-	autoCancel context.CancelFunc
+	autoCancel context.CancelFunc // nil until AutoExtend; protected by mu
 }
 
 var _ dsync.Lease = (*Lease)(nil)
@@ -91,7 +92,6 @@ func newLease(cfg *Config, key, token string, g backends.Grant, start time.Time,
 		cfg: cfg, key: key, token: token, fence: g.Fence, ttl: g.TTL, acquired: start,
 		expires: expires, done: make(chan struct{}),
 	}
-	l.autoCtx, l.autoCancel = context.WithCancel(context.Background())
 	l.mu.Lock() // onTimer may run before AfterFunc returns
 	l.timer = time.AfterFunc(time.Until(expires), l.onTimer)
 	l.mu.Unlock()
@@ -144,7 +144,9 @@ func (l *Lease) end(err error) {
 	}
 	l.err = err
 	l.timer.Stop()
-	l.autoCancel()
+	if l.autoCancel != nil {
+		l.autoCancel()
+	}
 	close(l.done)
 }
 
@@ -225,6 +227,12 @@ func (l *Lease) Extend(ctx context.Context) error {
 // AutoExtend implements dsync.Lease.
 func (l *Lease) AutoExtend() {
 	l.autoOnce.Do(func() {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if l.err != nil {
+			return // ended already: nothing to extend
+		}
+		l.autoCtx, l.autoCancel = context.WithCancel(context.Background())
 		l.autoWG.Add(1)
 		go l.autoExtend()
 	})

@@ -90,6 +90,9 @@ type Grant struct {
 	// the request when the backend rounds TTLs (etcd: whole seconds, with a
 	// server minimum). Validity is computed from this value.
 	TTL time.Duration
+	// Voters lists the nodes that granted the hold, by index, for drivers
+	// that spread a hold over several servers (Redlock); nil otherwise.
+	Voters []int
 }
 
 // HolderInfo describes the current holder of a key.
@@ -119,6 +122,9 @@ type Capabilities struct {
 	// MinTTL is the smallest TTL the server applies; shorter TTLs are raised
 	// to it (and Grant.TTL says so). Zero means TTLResolution.
 	MinTTL time.Duration
+	// MaxTTL is the largest TTL the driver accepts (Redlock: the bound its
+	// restart quarantine is built on). Zero means no bound.
+	MaxTTL time.Duration
 }
 
 // Notifier is implemented by drivers that can tell waiters that a key was

@@ -74,14 +74,17 @@ func CheckRequest(req Request, caps Capabilities) error {
 	return nil
 }
 
-// CheckTTL validates a TTL against caps: positive and no finer than the
-// backend's resolution.
+// CheckTTL validates a TTL against caps: positive, no finer than the
+// backend's resolution and no larger than its maximum.
 func CheckTTL(ttl time.Duration, caps Capabilities) error {
 	if ttl <= 0 {
 		return Invalid("ttl", "%v is not positive", ttl)
 	}
 	if caps.TTLResolution > 0 && ttl < caps.TTLResolution {
 		return Invalid("ttl", "%v is below the %s backend's resolution of %v", ttl, caps.Name, caps.TTLResolution)
+	}
+	if caps.MaxTTL > 0 && ttl > caps.MaxTTL {
+		return Invalid("ttl", "%v is above the %s backend's maximum of %v", ttl, caps.Name, caps.MaxTTL)
 	}
 	return nil
 }

@@ -148,6 +148,10 @@ func checkToken(token string) error {
 // key's fence counter when req.Fence is set. It returns ErrNotAcquired when
 // the key is held; Grant.TTL is req.TTL truncated to whole milliseconds.
 func (d *Driver) Acquire(ctx context.Context, req backends.Request) (backends.Grant, error) {
+	return d.acquire(ctx, req, acquireScript)
+}
+
+func (d *Driver) acquire(ctx context.Context, req backends.Request, script *goredis.Script) (backends.Grant, error) {
 	if d.closed.Load() {
 		return backends.Grant{}, backends.ErrClosed
 	}
@@ -170,7 +174,7 @@ func (d *Driver) Acquire(ctx context.Context, req backends.Request) (backends.Gr
 		fence = drawFence
 	}
 	ttl := req.TTL.Truncate(time.Millisecond)
-	n, err := acquireScript.Run(ctx, d.client, []string{hold, hold + ":fence"},
+	n, err := script.Run(ctx, d.client, []string{hold, hold + ":fence"},
 		val, ttl.Milliseconds(), fence).Int64()
 	if err != nil {
 		return backends.Grant{}, d.wrap(err)

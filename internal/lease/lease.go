@@ -67,6 +67,7 @@ type Lease struct {
 	fence    uint64
 	ttl      time.Duration // granted by the server
 	acquired time.Time     // start of the attempt that obtained the hold
+	voters   []int         // Grant.Voters
 
 	mu         sync.Mutex // protects the fields below
 	expires    time.Time
@@ -89,7 +90,7 @@ var _ dsync.Lease = (*Lease)(nil)
 
 func newLease(cfg *Config, key, token string, g backends.Grant, start time.Time, expires time.Time) *Lease {
 	l := &Lease{
-		cfg: cfg, key: key, token: token, fence: g.Fence, ttl: g.TTL, acquired: start,
+		cfg: cfg, key: key, token: token, fence: g.Fence, ttl: g.TTL, acquired: start, voters: g.Voters,
 		expires: expires, done: make(chan struct{}),
 	}
 	l.mu.Lock() // onTimer may run before AfterFunc returns
@@ -109,6 +110,10 @@ func (l *Lease) HoldToken() string { return l.token }
 
 // TTL is the time to live the backend granted.
 func (l *Lease) TTL() time.Duration { return l.ttl }
+
+// Voters lists the nodes that granted the hold (Redlock), by index; nil for
+// single-server backends.
+func (l *Lease) Voters() []int { return l.voters }
 
 // Expires implements dsync.Lease.
 func (l *Lease) Expires() time.Time {

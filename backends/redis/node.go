@@ -1,0 +1,51 @@
+package redis
+
+import (
+	"context"
+	_ "embed"
+	"strconv"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/dsync-dev/dsync/backends"
+)
+
+// The node operations below serve the redlock package, which composes N
+// drivers, one per independent master; applications use Acquire.
+
+var (
+	//go:embed acquire_seeded.lua
+	acquireSeededSrc string
+	//go:embed raise_fence.lua
+	raiseFenceSrc string
+
+	acquireSeededScript = goredis.NewScript(acquireSeededSrc)
+	raiseFenceScript    = goredis.NewScript(raiseFenceSrc)
+)
+
+// AcquireSeeded is Acquire whose fence counter, when missing, starts at the
+// server's clock in microseconds rather than at zero, so that a node that
+// lost its data cannot hand out tokens below those it issued before. The
+// counter is per node; Redlock combines them (see RaiseFence).
+func (d *Driver) AcquireSeeded(ctx context.Context, req backends.Request) (backends.Grant, error) {
+	return d.acquire(ctx, req, acquireSeededScript)
+}
+
+// RaiseFence raises key's fence counter to at least token: the write-back
+// round that makes a Redlock token visible to every later quorum.
+func (d *Driver) RaiseFence(ctx context.Context, key string, token uint64) error {
+	if d.closed.Load() {
+		return backends.ErrClosed
+	}
+	hold, err := d.holdKey(key)
+	if err != nil {
+		return err
+	}
+	if err := raiseFenceScript.Run(ctx, d.client, []string{hold + ":fence"}, strconv.FormatUint(token, 10)).Err(); err != nil {
+		return d.wrap(err)
+	}
+	return nil
+}
+
+// Client returns the go-redis client the driver uses.
+func (d *Driver) Client() goredis.UniversalClient { return d.client }

@@ -1,0 +1,59 @@
+// Package redlock is the Redlock backend: locks held on a quorum of N
+// independent Redis masters, as the Redlock specification describes, with
+// the specification's "go further" points done by the client.
+//
+// One acquisition attempt sends SET NX PX, with the same key and random
+// token, to all N masters in parallel. It is decided as soon as N/2+1 nodes
+// granted it, or as soon as that became impossible; a node that has not
+// answered within the per-node timeout counts as a refusal. The lease's
+// validity is the TTL minus the time elapsed since before the first request
+// minus the drift allowance, computed by the locker; an attempt left with no
+// validity fails. A failed attempt is released on all nodes at once,
+// including those that seemed to refuse or time out, and a node whose SET
+// is applied late (a paused server, a slow link) is released again when its
+// reply finally arrives. Release and extension use the same parallel fan-out
+// and quorum rule; extension never re-creates an expired key and is bounded
+// by the locker's MaxExtensions and MaxHold.
+//
+// # Restart quarantine
+//
+// A master restarted without persistence forgets the locks it held, so its
+// vote could grant a held lock twice. The driver learns every node's run_id
+// and uptime on each new connection (a connection cannot outlive the server
+// process it reached, so every command is attributed to the right process),
+// and a node whose process is younger than MaxTTL does not count toward any
+// quorum until MaxTTL has passed since it started: by then every lock it
+// held before the restart has expired anyway. This is the specification's
+// "delayed restart", done by the client. It assumes that no client uses a
+// TTL above MaxTTL (the driver rejects such TTLs) and that Redis expires
+// keys by its wall clock, which must not jump forward by more than the
+// drift allowance. The price is availability: freshly started nodes do not
+// vote for MaxTTL.
+//
+// # Fencing tokens
+//
+// The acquire script increments a per-key counter on every node that grants
+// the hold; a missing counter (new key, or lost with the node's data) starts
+// at the server's clock in microseconds. The token is the largest counter
+// among the granting nodes, and a second round writes it back to every
+// reachable node: the lease is returned only once a majority acknowledged.
+// Any later acquisition's quorum therefore includes a node whose counter is
+// at least that token, and draws a larger one.
+//
+// What this guarantees: the token of a lease is greater than the token of
+// every lease of the same key that was granted (both rounds done) before
+// this lease's acquisition attempt started, as long as a majority of the
+// nodes keep acknowledged writes, or lose them only in restarts after which
+// their clocks read later than the time the lost tokens were drawn. A
+// client paused past its TTL therefore holds a token lower than its
+// successor's, and a resource that rejects stale tokens rejects its writes.
+// The second round costs one more parallel round trip; locker.Options
+// NoFencing skips it (one round, token 0).
+//
+// # Configuration
+//
+// N >= 1 nodes, quorum N/2+1 (an even N tolerates no more failures than N-1
+// and is warned about); the same server listed twice, under any name, is
+// rejected by comparing run_ids; TTLs above MaxTTL or too small for the
+// per-node timeout are rejected before any I/O.
+package redlock

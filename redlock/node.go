@@ -1,0 +1,132 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/dsync-dev/dsync/backends/redis"
+)
+
+// ErrQuarantined: the node's server process is younger than MaxTTL (it was
+// restarted, maybe without its data), so its vote does not count yet.
+var ErrQuarantined = errors.New("dsync: redlock: node quarantined after a restart")
+
+// node is one Redis master with its own client and driver.
+type node struct {
+	index      int
+	addr       string
+	client     *goredis.Client
+	drv        *redis.Driver
+	maxTTL     time.Duration
+	quarantine bool
+
+	mu      sync.Mutex // protects the fields below
+	runID string    // of the server process last connected to
+	until time.Time // quarantined before this local time
+}
+
+func newNode(index int, opts *goredis.Options, o *Options) (*node, error) {
+	n := &node{index: index, addr: opts.Addr, maxTTL: o.MaxTTL, quarantine: !o.NoQuarantine}
+	co := *opts
+	co.MaxRetries = -1 // one attempt per call: dsync knows what is safe to repeat
+	co.ContextTimeoutEnabled = true
+	userHook := opts.OnConnect
+	co.OnConnect = func(ctx context.Context, cn *goredis.Conn) error {
+		if userHook != nil {
+			if err := userHook(ctx, cn); err != nil {
+				return err
+			}
+		}
+		return n.onConnect(ctx, cn)
+	}
+	n.client = goredis.NewClient(&co)
+	drv, err := redis.New(n.client, &redis.Options{Prefix: o.Prefix})
+	if err != nil {
+		_ = n.client.Close()
+		return nil, err
+	}
+	n.drv = drv
+	return n, nil
+}
+
+// onConnect reads the server's run_id and uptime on every new connection.
+// A connection reaches one server process for its whole life, so every
+// command sent on it is attributed to the process recorded here.
+func (n *node) onConnect(ctx context.Context, cn *goredis.Conn) error {
+	info, err := cn.Info(ctx, "server").Result()
+	if err != nil {
+		return fmt.Errorf("redlock: INFO server on connect: %w", err)
+	}
+	runID, uptime, err := parseServerInfo(info)
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.runID = runID
+	// uptime_in_seconds is rounded down, so the process started at or
+	// before this instant, and its locks from before a restart are all
+	// gone by started + MaxTTL.
+	started := now.Add(-uptime)
+	if n.quarantine {
+		if end := started.Add(n.maxTTL); end.After(n.until) {
+			n.until = end
+		}
+	}
+	return nil
+}
+
+func parseServerInfo(info string) (runID string, uptime time.Duration, err error) {
+	var haveUptime bool
+	for _, line := range strings.Split(info, "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok {
+			continue
+		}
+		switch k {
+		case "run_id":
+			runID = v
+		case "uptime_in_seconds":
+			s, perr := strconv.ParseInt(v, 10, 64)
+			if perr != nil {
+				return "", 0, fmt.Errorf("redlock: INFO server: uptime_in_seconds %q: %w", v, perr)
+			}
+			uptime, haveUptime = time.Duration(s)*time.Second, true
+		}
+	}
+	if runID == "" || !haveUptime {
+		return "", 0, errors.New("redlock: INFO server lacks run_id or uptime_in_seconds")
+	}
+	return runID, uptime, nil
+}
+
+// quarantined returns an error matching ErrQuarantined while the node's
+// process is younger than MaxTTL.
+func (n *node) quarantined(now time.Time) error {
+	n.mu.Lock()
+	until := n.until
+	n.mu.Unlock()
+	if now.Before(until) {
+		return fmt.Errorf("%w: it votes again in %v", ErrQuarantined, until.Sub(now).Round(time.Millisecond))
+	}
+	return nil
+}
+
+func (n *node) currentRunID() string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.runID
+}
+
+func (n *node) close() error {
+	err := n.drv.Close()
+	return errors.Join(err, n.client.Close())
+}

@@ -1,0 +1,622 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-multierror"
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/dsync-dev/dsync/backends"
+)
+
+// Defaults of Options.
+const (
+	DefaultMaxTTL = time.Minute
+	// The per-node timeout defaults to a few percent of the TTL, within
+	// these bounds.
+	defaultNodeTimeoutShare = 0.03
+	minNodeTimeout          = 50 * time.Millisecond
+	maxNodeTimeout          = time.Second
+	probeTimeout            = 5 * time.Second
+)
+
+// ErrNoQuorum: fewer than a quorum of nodes answered (down, paused, cut off,
+// or quarantined after a restart). Errors matching it also match
+// ErrNotAcquired when they come from an acquisition.
+var ErrNoQuorum = errors.New("dsync: redlock: quorum unreachable")
+
+// Options configure a Driver. A nil *Options means defaults.
+type Options struct {
+	// Prefix of every Redis key and channel, as in the redis backend.
+	// Default "dsync:".
+	Prefix string
+	// NodeTimeout bounds each node's part of a fan-out: a node that has not
+	// answered by then counts as a refusal. Default: 3% of the request's
+	// TTL, at least 50ms and at most 1s.
+	NodeTimeout time.Duration
+	// MaxTTL is the largest TTL any client of these nodes uses: larger TTLs
+	// are rejected, and a node whose server process is younger than MaxTTL
+	// is quarantined until it is not. Default 1 minute.
+	MaxTTL time.Duration
+	// NoQuarantine lets restarted nodes vote at once. It is unsafe (a node
+	// restarted without persistence can grant a held lock twice) and exists
+	// for tests that show why quarantine is on by default.
+	NoQuarantine bool
+	// Logger receives configuration warnings (an even number of nodes).
+	// Default slog.Default().
+	Logger *slog.Logger
+}
+
+// NodeError is one node's part of a failed fan-out. It unwraps to the
+// node's error (a go-redis error, dsync.ErrNotAcquired for a node that
+// holds the key for someone else, dsync.ErrNotHeld, ErrQuarantined for a
+// node restarted less than MaxTTL ago, a context error for a node that timed out).
+type NodeError struct {
+	Index int
+	Addr  string
+	Err   error
+}
+
+func (e *NodeError) Error() string {
+	return fmt.Sprintf("node %d (%s): %v", e.Index, e.Addr, e.Err)
+}
+
+func (e *NodeError) Unwrap() error { return e.Err }
+
+// Driver is the Redlock driver over N independent Redis masters. It
+// implements backends.Driver and backends.Notifier and is safe for
+// concurrent use.
+type Driver struct {
+	nodes       []*node
+	quorum      int
+	nodeTimeout time.Duration // Options.NodeTimeout; zero: from the TTL
+	maxTTL      time.Duration
+	caps        backends.Capabilities
+
+	// ctx parents every node request, so that Close can cut stragglers
+	// short; wg counts the goroutines of fan-outs and stragglers.
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	closed atomic.Bool
+	once   sync.Once
+
+	mu    sync.Mutex       // protects holds
+	holds map[string]*hold // by token, while an attempt has nodes in flight
+}
+
+var (
+	_ backends.Driver   = (*Driver)(nil)
+	_ backends.Notifier = (*Driver)(nil)
+)
+
+// New connects to the nodes (one go-redis client each, configured from the
+// given options) and probes them within ctx. It fails when fewer than a
+// quorum answer, when two entries reach the same server (same run_id), or
+// on invalid options. Each client is set up for dsync: no go-redis retries
+// (one attempt per call), context deadlines honoured, and a connection hook
+// that reads the server's run_id and uptime for the restart quarantine
+// (chained after an OnConnect of the caller's).
+func New(ctx context.Context, nodes []*goredis.Options, opts *Options) (*Driver, error) {
+	o := Options{}
+	if opts != nil {
+		o = *opts
+	}
+	if len(nodes) == 0 {
+		return nil, backends.Invalid("nodes", "none given")
+	}
+	if o.MaxTTL == 0 {
+		o.MaxTTL = DefaultMaxTTL
+	}
+	if o.MaxTTL < 0 {
+		return nil, backends.Invalid("max ttl", "%v is negative", o.MaxTTL)
+	}
+	if o.NodeTimeout < 0 {
+		return nil, backends.Invalid("node timeout", "%v is negative", o.NodeTimeout)
+	}
+	if o.NodeTimeout > 0 && 2*o.NodeTimeout >= o.MaxTTL {
+		return nil, backends.Invalid("node timeout", "%v leaves no validity for a TTL of max_ttl %v (two rounds must fit well within the TTL)", o.NodeTimeout, o.MaxTTL)
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	seen := map[string]int{}
+	for i, no := range nodes {
+		if no == nil || no.Addr == "" {
+			return nil, backends.Invalid("nodes", "node %d has no address", i)
+		}
+		if j, dup := seen[no.Addr]; dup {
+			return nil, backends.Invalid("nodes", "%s is listed twice (nodes %d and %d)", no.Addr, j, i)
+		}
+		seen[no.Addr] = i
+	}
+
+	d := &Driver{
+		quorum:      len(nodes)/2 + 1,
+		nodeTimeout: o.NodeTimeout,
+		maxTTL:      o.MaxTTL,
+		holds:       map[string]*hold{},
+		caps: backends.Capabilities{
+			Name: "redlock", MaxLimit: 1, Fencing: true,
+			TTLResolution: time.Millisecond, MaxTTL: o.MaxTTL,
+		},
+	}
+	d.ctx, d.cancel = context.WithCancel(context.Background())
+	for i, no := range nodes {
+		n, err := newNode(i, no, &o)
+		if err != nil {
+			_ = d.Close()
+			return nil, err
+		}
+		d.nodes = append(d.nodes, n)
+	}
+	if err := d.probe(ctx); err != nil {
+		_ = d.Close()
+		return nil, err
+	}
+	if len(nodes)%2 == 0 {
+		o.Logger.Warn("dsync: redlock: an even number of nodes tolerates no more failures than one node fewer",
+			"nodes", len(nodes), "quorum", d.quorum)
+	}
+	return d, nil
+}
+
+// probe pings every node (which also records its run_id) and rejects
+// duplicates and a quorum that cannot be reached.
+func (d *Driver) probe(ctx context.Context) error {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, probeTimeout)
+		defer cancel()
+	}
+	errs := make([]error, len(d.nodes))
+	var wg sync.WaitGroup
+	for i, n := range d.nodes {
+		wg.Go(func() { errs[i] = n.client.Ping(ctx).Err() })
+	}
+	wg.Wait()
+	var merr *multierror.Error
+	byRunID := map[string]int{}
+	for i, n := range d.nodes {
+		if errs[i] != nil {
+			merr = appendErr(merr, &NodeError{Index: i, Addr: n.addr, Err: errs[i]})
+			continue
+		}
+		id := n.currentRunID()
+		if j, dup := byRunID[id]; dup && id != "" {
+			return backends.Invalid("nodes", "%s and %s are the same server (run_id %s)", d.nodes[j].addr, n.addr, id)
+		}
+		byRunID[id] = i
+	}
+	if up := len(d.nodes) - count(merr); up < d.quorum {
+		return fmt.Errorf("%w: %d of %d nodes answered, %d needed: %w", ErrNoQuorum, up, len(d.nodes), d.quorum, merr.ErrorOrNil())
+	}
+	return nil
+}
+
+// Capabilities reports a lock-only driver with fencing, 1 ms TTLs and
+// MaxTTL.
+func (d *Driver) Capabilities() backends.Capabilities { return d.caps }
+
+// Quorum is the number of nodes that must agree: N/2+1.
+func (d *Driver) Quorum() int { return d.quorum }
+
+// Nodes lists the nodes' addresses, by index.
+func (d *Driver) Nodes() []string {
+	out := make([]string, len(d.nodes))
+	for i, n := range d.nodes {
+		out[i] = n.addr
+	}
+	return out
+}
+
+// timeoutFor returns the per-node timeout for a TTL, or an *InvalidError if
+// the TTL cannot fit two rounds of it.
+func (d *Driver) timeoutFor(ttl time.Duration) (time.Duration, error) {
+	nt := d.nodeTimeout
+	if nt == 0 {
+		nt = min(max(time.Duration(float64(ttl)*defaultNodeTimeoutShare), minNodeTimeout), maxNodeTimeout)
+	}
+	if 2*nt >= ttl {
+		return 0, backends.Invalid("ttl", "%v is too small for the redlock per-node timeout of %v (two rounds must fit well within the TTL)", ttl, nt)
+	}
+	return nt, nil
+}
+
+// hold tracks an acquisition attempt while some of its node requests are in
+// flight, so that a SET applied after the attempt failed, or after the
+// lease was released, is released on that node when its reply arrives.
+type hold struct {
+	key     string
+	pending int  // node requests in flight; protected by Driver.mu
+	decided bool // the attempt has returned; protected by Driver.mu
+	keep    bool // it succeeded and the lease is not released; protected by Driver.mu
+}
+
+type vote struct {
+	node  *node
+	grant backends.Grant
+	err   error
+}
+
+// Acquire makes one Redlock attempt: SET NX PX with the request's token on
+// all nodes in parallel, decided at quorum (N/2+1 of the configured N) or
+// as soon as quorum is out of reach; then, if req.Fence, the write-back
+// round of the fencing token. A failed attempt is released on every node.
+func (d *Driver) Acquire(ctx context.Context, req backends.Request) (backends.Grant, error) {
+	if d.closed.Load() {
+		return backends.Grant{}, backends.ErrClosed
+	}
+	if err := backends.CheckRequest(req, d.caps); err != nil {
+		return backends.Grant{}, err
+	}
+	nt, err := d.timeoutFor(req.TTL)
+	if err != nil {
+		return backends.Grant{}, err
+	}
+	start := time.Now()
+	h := &hold{key: req.Key}
+	votes := make(chan vote, len(d.nodes))
+	// A reply later than the TTL is moot: the key has expired by then.
+	deadline := start.Add(req.TTL)
+	for _, n := range d.nodes {
+		if err := n.quarantined(start); err != nil {
+			votes <- vote{node: n, err: err}
+			continue
+		}
+		d.mu.Lock()
+		if h.pending == 0 {
+			d.holds[req.Token] = h
+		}
+		h.pending++
+		d.mu.Unlock()
+		d.wg.Add(1)
+		go func() {
+			defer d.wg.Done()
+			nctx, cancel := context.WithDeadline(d.ctx, deadline)
+			g, err := n.drv.AcquireSeeded(nctx, req)
+			cancel()
+			d.landed(req.Token, h, vote{node: n, grant: g, err: err}, votes)
+		}()
+	}
+
+	granted, refused := d.collect(ctx, votes, start.Add(nt))
+	ok := len(granted) >= d.quorum
+	var fence uint64
+	if ok && req.Fence {
+		for _, v := range granted {
+			fence = max(fence, v.grant.Fence)
+		}
+		if err := d.raiseFence(ctx, req.Key, fence, nt); err != nil {
+			ok = false
+			refused = appendErr(refused, err)
+		}
+	}
+	d.decide(req.Token, h, ok)
+	if !ok {
+		d.releaseAll(req.Key, req.Token, nt)
+		return backends.Grant{}, d.notAcquired(ctx, len(granted), refused)
+	}
+	g := backends.Grant{Fence: fence, TTL: req.TTL.Truncate(time.Millisecond)}
+	for _, v := range granted {
+		g.Voters = append(g.Voters, v.node.index)
+	}
+	slices.Sort(g.Voters)
+	return g, nil
+}
+
+// collect gathers votes until quorum is reached or out of reach, the
+// per-node deadline passes, or ctx ends. A node that has not voted by then
+// counts as a refusal.
+func (d *Driver) collect(ctx context.Context, votes <-chan vote, deadline time.Time) (granted []vote, refused *multierror.Error) {
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	answered := make([]bool, len(d.nodes))
+	n := len(d.nodes)
+	for len(granted) < d.quorum && count(refused) <= n-d.quorum && len(granted)+count(refused) < n {
+		select {
+		case v := <-votes:
+			answered[v.node.index] = true
+			if v.err == nil {
+				granted = append(granted, v)
+			} else {
+				refused = appendErr(refused, &NodeError{Index: v.node.index, Addr: v.node.addr, Err: v.err})
+			}
+			continue
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		for i, a := range answered {
+			if !a {
+				err := ctx.Err()
+				if err == nil {
+					err = fmt.Errorf("no answer within the per-node timeout: %w", context.DeadlineExceeded)
+				}
+				refused = appendErr(refused, &NodeError{Index: i, Addr: d.nodes[i].addr, Err: err})
+			}
+		}
+		break
+	}
+	return granted, refused
+}
+
+// landed delivers a node's vote, or, once the attempt has been decided,
+// releases a late grant that nobody will release otherwise.
+func (d *Driver) landed(token string, h *hold, v vote, votes chan<- vote) {
+	d.mu.Lock()
+	h.pending--
+	if h.pending == 0 {
+		delete(d.holds, token)
+	}
+	decided, keep := h.decided, h.keep
+	d.mu.Unlock()
+	if !decided {
+		votes <- v // buffered for every node: never blocks
+		return
+	}
+	if v.err == nil && !keep {
+		ctx, cancel := context.WithTimeout(d.ctx, maxNodeTimeout)
+		_ = v.node.drv.Release(ctx, h.key, token)
+		cancel()
+	}
+}
+
+// decide records an attempt's outcome for its stragglers.
+func (d *Driver) decide(token string, h *hold, ok bool) {
+	d.mu.Lock()
+	h.decided, h.keep = true, ok
+	d.mu.Unlock()
+}
+
+func (d *Driver) notAcquired(ctx context.Context, granted int, refused *multierror.Error) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%w: %w: %w", backends.ErrNotAcquired, err, refused.ErrorOrNil())
+	}
+	held := 0
+	for _, e := range refused.WrappedErrors() {
+		if errors.Is(e, backends.ErrNotAcquired) {
+			held++
+		}
+	}
+	if granted+held < d.quorum {
+		return fmt.Errorf("%w: %w: %d of %d nodes answered, %d needed: %w",
+			backends.ErrNotAcquired, ErrNoQuorum, granted+held, len(d.nodes), d.quorum, refused.ErrorOrNil())
+	}
+	return fmt.Errorf("%w: %d of %d nodes granted, %d needed: %w", backends.ErrNotAcquired, granted, len(d.nodes), d.quorum, refused.ErrorOrNil())
+}
+
+// raiseFence writes the token back to every node that is not quarantined
+// and succeeds once a quorum acknowledged.
+func (d *Driver) raiseFence(ctx context.Context, key string, fence uint64, nt time.Duration) error {
+	acks, errs := d.fanOut(ctx, nt, false, func(ctx context.Context, n *node) error {
+		return n.drv.RaiseFence(ctx, key, fence)
+	})
+	if acks < d.quorum {
+		return fmt.Errorf("fencing token write-back acknowledged by %d of %d nodes, %d needed: %w", acks, len(d.nodes), d.quorum, errs.ErrorOrNil())
+	}
+	return nil
+}
+
+// fanOut runs op on every node (every one, or those not quarantined) in
+// parallel, each bounded by nt and ctx, waits for them all, and returns how
+// many succeeded and the others' errors.
+func (d *Driver) fanOut(ctx context.Context, nt time.Duration, all bool, op func(context.Context, *node) error) (int, *multierror.Error) {
+	errs := make([]error, len(d.nodes))
+	var wg sync.WaitGroup
+	now := time.Now()
+	for i, n := range d.nodes {
+		if !all {
+			if err := n.quarantined(now); err != nil {
+				errs[i] = err
+				continue
+			}
+		}
+		wg.Add(1)
+		d.wg.Add(1)
+		go func() {
+			defer d.wg.Done()
+			defer wg.Done()
+			nctx, cancel := context.WithTimeout(ctx, nt)
+			errs[i] = op(nctx, n)
+			cancel()
+		}()
+	}
+	wg.Wait()
+	var merr *multierror.Error
+	for i, err := range errs {
+		if err != nil {
+			merr = appendErr(merr, &NodeError{Index: i, Addr: d.nodes[i].addr, Err: err})
+		}
+	}
+	return len(d.nodes) - count(merr), merr
+}
+
+// releaseAll releases token on every node, in parallel, each bounded by nt,
+// on a context of the driver's own (the caller's may be done).
+func (d *Driver) releaseAll(key, token string, nt time.Duration) {
+	d.fanOut(d.ctx, nt, true, func(ctx context.Context, n *node) error {
+		return n.drv.Release(ctx, key, token)
+	})
+}
+
+// Release deletes the hold on every node in parallel (quarantined ones
+// included), each bounded by the per-node timeout, and tells stragglers of
+// its acquisition to release their node when their reply arrives. It
+// returns nil when a quorum deleted it, ErrNotHeld when it was gone from
+// more nodes than a quorum tolerates, and the nodes' errors otherwise.
+func (d *Driver) Release(ctx context.Context, key, token string) error {
+	if d.closed.Load() {
+		return backends.ErrClosed
+	}
+	if key == "" || token == "" {
+		return backends.Invalid("key or token", "empty")
+	}
+	d.mu.Lock()
+	if h := d.holds[token]; h != nil {
+		h.keep = false
+	}
+	d.mu.Unlock()
+	nt, _ := d.timeoutFor(d.maxTTL)
+	return d.quorumResult("release", d.fanOutCounted(ctx, nt, true, func(ctx context.Context, n *node) error {
+		return n.drv.Release(ctx, key, token)
+	}))
+}
+
+// Refresh resets the hold's TTL on every node that is not quarantined, in
+// parallel; it succeeds when a quorum refreshed it. A hold gone from more
+// nodes than a quorum tolerates is ErrNotHeld; expired keys are never
+// re-created.
+func (d *Driver) Refresh(ctx context.Context, key, token string, ttl time.Duration) error {
+	if d.closed.Load() {
+		return backends.ErrClosed
+	}
+	if key == "" || token == "" {
+		return backends.Invalid("key or token", "empty")
+	}
+	if err := backends.CheckTTL(ttl, d.caps); err != nil {
+		return err
+	}
+	nt, err := d.timeoutFor(ttl)
+	if err != nil {
+		return err
+	}
+	return d.quorumResult("refresh", d.fanOutCounted(ctx, nt, false, func(ctx context.Context, n *node) error {
+		return n.drv.Refresh(ctx, key, token, ttl)
+	}))
+}
+
+type counted struct {
+	ok, notHeld int
+	errs        *multierror.Error
+}
+
+func (d *Driver) fanOutCounted(ctx context.Context, nt time.Duration, all bool, op func(context.Context, *node) error) counted {
+	ok, errs := d.fanOut(ctx, nt, all, op)
+	c := counted{ok: ok, errs: errs}
+	for _, e := range errs.WrappedErrors() {
+		if errors.Is(e, backends.ErrNotHeld) {
+			c.notHeld++
+		}
+	}
+	return c
+}
+
+func (d *Driver) quorumResult(op string, c counted) error {
+	n := len(d.nodes)
+	switch {
+	case c.ok >= d.quorum:
+		return nil
+	case c.notHeld > n-d.quorum:
+		return fmt.Errorf("%w: %s: gone from %d of %d nodes: %w", backends.ErrNotHeld, op, c.notHeld, n, c.errs.ErrorOrNil())
+	default:
+		return fmt.Errorf("dsync: redlock: %s reached %d of %d nodes, %d needed: %w", op, c.ok, n, d.quorum, c.errs.ErrorOrNil())
+	}
+}
+
+// Holder reports the value a quorum of nodes agrees on, with the smallest
+// TTL among them, or ErrNotHeld when no value has a quorum.
+func (d *Driver) Holder(ctx context.Context, key string) (backends.HolderInfo, error) {
+	if d.closed.Load() {
+		return backends.HolderInfo{}, backends.ErrClosed
+	}
+	if key == "" {
+		return backends.HolderInfo{}, backends.Invalid("key", "empty")
+	}
+	infos := make([]*backends.HolderInfo, len(d.nodes))
+	nt, _ := d.timeoutFor(d.maxTTL)
+	_, errs := d.fanOut(ctx, nt, false, func(ctx context.Context, n *node) error {
+		info, err := n.drv.Holder(ctx, key)
+		if err == nil {
+			infos[n.index] = &info
+		}
+		return err
+	})
+	type agg struct {
+		votes int
+		info  backends.HolderInfo
+	}
+	byValue := map[string]*agg{}
+	for _, info := range infos {
+		if info == nil {
+			continue
+		}
+		a := byValue[string(info.Value)]
+		if a == nil {
+			a = &agg{info: *info}
+			byValue[string(info.Value)] = a
+		}
+		a.votes++
+		a.info.TTL = min(a.info.TTL, info.TTL)
+	}
+	for _, a := range byValue {
+		if a.votes >= d.quorum {
+			return a.info, nil
+		}
+	}
+	notHeld := 0
+	for _, e := range errs.WrappedErrors() {
+		if errors.Is(e, backends.ErrNotHeld) {
+			notHeld++
+		}
+	}
+	if count(errs)-notHeld > len(d.nodes)-d.quorum {
+		return backends.HolderInfo{}, fmt.Errorf("%w: holder: %w", ErrNoQuorum, errs.ErrorOrNil())
+	}
+	return backends.HolderInfo{}, backends.ErrNotHeld
+}
+
+// Close stops the node requests still in flight, awaits every goroutine,
+// and closes the nodes' drivers and clients. Holds are left to expire.
+// Close is idempotent.
+func (d *Driver) Close() error {
+	var err error
+	d.once.Do(func() {
+		d.closed.Store(true)
+		d.cancel()
+		d.wg.Wait()
+		var merr *multierror.Error
+		for _, n := range d.nodes {
+			if e := n.close(); e != nil {
+				merr = appendErr(merr, e)
+			}
+		}
+		err = merr.ErrorOrNil()
+	})
+	return err
+}
+
+// QuarantineCheck returns an error matching ErrQuarantined, naming the
+// nodes, when any node is in restart quarantine at now; nil otherwise.
+func (d *Driver) QuarantineCheck(now time.Time) error {
+	var merr *multierror.Error
+	for _, n := range d.nodes {
+		if err := n.quarantined(now); err != nil {
+			merr = appendErr(merr, &NodeError{Index: n.index, Addr: n.addr, Err: err})
+		}
+	}
+	return merr.ErrorOrNil()
+}
+
+// appendErr aggregates per-node errors, formatted on one line.
+func appendErr(merr *multierror.Error, errs ...error) *multierror.Error {
+	merr = multierror.Append(merr, errs...)
+	merr.ErrorFormat = func(errs []error) string {
+		msgs := make([]string, len(errs))
+		for i, e := range errs {
+			msgs[i] = e.Error()
+		}
+		return strings.Join(msgs, "; ")
+	}
+	return merr
+}
+
+// count is the number of errors in merr, which may be nil.
+func count(merr *multierror.Error) int { return len(merr.WrappedErrors()) }

@@ -1,0 +1,70 @@
+package redlock_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/dsync-dev/dsync"
+	"github.com/dsync-dev/dsync/backends/backendtest"
+	"github.com/dsync-dev/dsync/internal/redistest"
+	"github.com/dsync-dev/dsync/redlock"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// redlockURL returns the redlock:// URL of servers with extra options.
+func redlockURL(servers []*redistest.Server, query string) string {
+	var addrs []string
+	for _, s := range servers {
+		addrs = append(addrs, s.Addr())
+	}
+	u := "redlock://" + strings.Join(addrs, ",")
+	if query != "" {
+		u += "/?" + query
+	}
+	return u
+}
+
+func open(t testing.TB, url string) *dsync.Backend {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	b, err := dsync.Open(ctx, url)
+	if err != nil {
+		t.Fatalf("Open(%s): %v", url, err)
+	}
+	return b
+}
+
+// waitOutQuarantine blocks until the freshly started servers are older than
+// maxTTL, so that their votes count.
+func waitOutQuarantine(t testing.TB, servers []*redistest.Server, maxTTL time.Duration) {
+	t.Helper()
+	b := open(t, redlockURL(servers, "max_ttl="+maxTTL.String()))
+	defer b.Close()
+	d := b.Driver().(*redlock.Driver)
+	deadline := time.Now().Add(maxTTL + 5*time.Second)
+	for {
+		if err := d.QuarantineCheck(time.Now()); err == nil {
+			return
+		} else if time.Now().After(deadline) {
+			t.Fatalf("nodes still quarantined after %v: %v", maxTTL+5*time.Second, err)
+		}
+		time.Sleep(50 * time.Millisecond) // a clock to wait out, not a condition to poll faster
+	}
+}
+
+func TestConformance(t *testing.T) {
+	servers := redistest.StartN(t, 5, nil)
+	const maxTTL = 10 * time.Second
+	waitOutQuarantine(t, servers, maxTTL)
+	url := redlockURL(servers, "max_ttl="+maxTTL.String())
+	backendtest.Run(t, backendtest.Harness{
+		NewBackend: func(t testing.TB) *dsync.Backend { return open(t, url) },
+		ShortTTL:   300 * time.Millisecond,
+	})
+}

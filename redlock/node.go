@@ -27,9 +27,9 @@ type node struct {
 	maxTTL     time.Duration
 	quarantine bool
 
-	mu      sync.Mutex // protects the fields below
-	runID string    // of the server process last connected to
-	until time.Time // quarantined before this local time
+	mu    sync.Mutex // protects the fields below
+	runID string     // of the server process last connected to
+	until time.Time  // quarantined before this local time
 }
 
 func newNode(index int, opts *goredis.Options, o *Options) (*node, error) {

@@ -37,6 +37,7 @@ func newNode(index int, opts *goredis.Options, o *Options) (*node, error) {
 	co := *opts
 	co.MaxRetries = -1 // one attempt per call: dsync knows what is safe to repeat
 	co.ContextTimeoutEnabled = true
+	co.DialerRetries = 1 // a dead node must fail fast, not after 5 dials
 	userHook := opts.OnConnect
 	co.OnConnect = func(ctx context.Context, cn *goredis.Conn) error {
 		if userHook != nil {

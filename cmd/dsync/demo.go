@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -13,66 +14,170 @@ import (
 	"github.com/dsync-dev/dsync"
 	"github.com/dsync-dev/dsync/internal/redistest"
 	"github.com/dsync-dev/dsync/locker"
+	"github.com/dsync-dev/dsync/redlock"
 )
+
+// demoTTL is the lease TTL of every demo stage; the Redlock stages use a
+// max_ttl just above it so that the fresh masters' quarantine is short.
+const (
+	demoTTL    = 2 * time.Second
+	demoMaxTTL = 3 * time.Second
+)
+
+type demoConfig struct {
+	key            string
+	workers, round int
+	work           time.Duration
+}
+
+// stage is one backend the demo runs the contention on.
+type stage struct {
+	title string
+	url   string
+	// prepare runs after the backend is open, before the workers start.
+	prepare func(ctx context.Context, b *dsync.Backend) error
+}
 
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flagSet("demo", stderr)
-	url := fs.String("url", os.Getenv("DSYNC_URL"), "backend URL (default: start a redis-server, else memory://demo)")
-	workers := fs.Int("workers", 4, "number of contending workers")
-	rounds := fs.Int("rounds", 5, "acquisitions per worker")
-	work := fs.Duration("work", 40*time.Millisecond, "time spent holding the lock each round")
-	key := fs.String("key", "demo/report", "lock name")
+	url := fs.String("url", os.Getenv("DSYNC_URL"), "backend URL (default: start redis-servers, else use memory://demo)")
+	var cfg demoConfig
+	fs.IntVar(&cfg.workers, "workers", 4, "number of contending workers")
+	fs.IntVar(&cfg.round, "rounds", 5, "acquisitions per worker")
+	fs.DurationVar(&cfg.work, "work", 40*time.Millisecond, "time spent holding the lock each round")
+	fs.StringVar(&cfg.key, "key", "demo/report", "lock name")
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
-	if *workers < 1 || *rounds < 1 || *work < 0 {
+	if cfg.workers < 1 || cfg.round < 1 || cfg.work < 0 {
 		fmt.Fprintln(stderr, "dsync demo: --workers and --rounds must be at least 1, --work not negative")
 		return exitUsage
 	}
 
-	if *url == "" {
-		srv, u, code := startDemoRedis(ctx, stdout, stderr)
+	var stages []stage
+	if *url != "" {
+		stages = []stage{{title: dsync.RedactURL(*url), url: *url}}
+	} else {
+		var cleanup func()
+		var code int
+		stages, cleanup, code = defaultStages(ctx, stdout, stderr)
+		if cleanup != nil {
+			defer cleanup()
+		}
 		if code != exitOK {
 			return code
 		}
-		if srv != nil {
-			defer func() {
-				_ = srv.Close()
-				fmt.Fprintf(stdout, "stopped the redis-server on %s and removed its data\n", srv.Addr())
-			}()
-		}
-		*url = u
 	}
-	b, code := openBackend(ctx, *url, stderr)
-	if code != exitOK {
-		return code
-	}
-	defer b.Close()
 
-	fmt.Fprintf(stdout, "backend: %s\n", b)
-	fmt.Fprintf(stdout, "%d workers contend for the lock %q, %d rounds each, holding it %v per round\n\n", *workers, *key, *rounds, *work)
-	res, err := contend(ctx, b, *key, *workers, *rounds, *work, stdout)
-	if err != nil {
-		fmt.Fprintf(stderr, "dsync demo: %s\n", oneLine(err))
-		return exitFail
+	var rows []summaryRow
+	status := exitOK
+	for _, st := range stages {
+		fmt.Fprintf(stdout, "\n== %s ==\n", st.title)
+		b, code := openBackend(ctx, st.url, stderr)
+		if code != exitOK {
+			return code
+		}
+		if st.prepare != nil {
+			if err := st.prepare(ctx, b); err != nil {
+				b.Close()
+				fmt.Fprintf(stderr, "dsync demo: %s\n", oneLine(err))
+				return exitFail
+			}
+		}
+		fmt.Fprintf(stdout, "backend: %s\n%d workers contend for the lock %q, %d rounds each, holding it %v per round (ttl %v)\n\n",
+			b, cfg.workers, cfg.key, cfg.round, cfg.work, demoTTL)
+		res, err := contend(ctx, b, cfg, stdout)
+		b.Close()
+		if err != nil {
+			fmt.Fprintf(stderr, "dsync demo: %s: %s\n", st.title, oneLine(err))
+			return exitFail
+		}
+		row := res.check(st.title, cfg.workers)
+		row.print(stdout)
+		rows = append(rows, row)
+		if !row.ok() {
+			status = exitFail
+		}
 	}
-	return res.report(stdout, *workers)
+	printSummary(stdout, rows)
+	return status
 }
 
-// startDemoRedis starts a throw-away redis-server when one is installed;
-// otherwise it falls back to the memory backend and says so.
-func startDemoRedis(ctx context.Context, stdout, stderr io.Writer) (*redistest.Server, string, int) {
+// defaultStages starts throw-away servers: one redis-server for the single
+// Redis backend and five for Redlock, when redis-server is installed;
+// otherwise the memory backend. cleanup stops whatever was started.
+func defaultStages(ctx context.Context, stdout, stderr io.Writer) ([]stage, func(), int) {
 	if _, err := redistest.Lookup(); err != nil {
 		fmt.Fprintf(stdout, "redis-server is not installed, so the demo runs on the in-process memory backend\n(install it with: sudo apt-get install -y redis-server)\n")
-		return nil, "memory://demo", exitOK
+		return []stage{{title: "memory (in-process)", url: "memory://demo"}}, nil, exitOK
 	}
-	srv, err := redistest.StartServer(ctx, nil)
-	if err != nil {
-		fmt.Fprintf(stderr, "dsync demo: starting redis-server: %s\n", oneLine(err))
-		return nil, "", exitFail
+	servers := make([]*redistest.Server, 6)
+	errs := make([]error, len(servers))
+	var wg sync.WaitGroup
+	for i := range servers {
+		wg.Go(func() { servers[i], errs[i] = redistest.StartServer(ctx, nil) })
 	}
-	fmt.Fprintf(stdout, "started redis-server (pid %d) on %s for this demo; it is stopped on exit\n", srv.PID(), srv.Addr())
-	return srv, srv.URL(), exitOK
+	wg.Wait()
+	cleanup := func() {
+		for _, s := range servers {
+			if s != nil {
+				_ = s.Close()
+			}
+		}
+		fmt.Fprintln(stdout, "\nstopped the redis-servers this demo started and removed their data")
+	}
+	for _, err := range errs {
+		if err != nil {
+			fmt.Fprintf(stderr, "dsync demo: starting redis-server: %s\n", oneLine(err))
+			return nil, cleanup, exitFail
+		}
+	}
+	single, masters := servers[0], servers[1:]
+	var addrs []string
+	for _, s := range masters {
+		addrs = append(addrs, s.Addr())
+	}
+	fmt.Fprintf(stdout, "started 6 redis-server processes for this demo (stopped on exit): %s for single Redis, %s for Redlock\n",
+		single.Addr(), strings.Join(addrs, ", "))
+	redlockURL := fmt.Sprintf("redlock://%s/?max_ttl=%v", strings.Join(addrs, ","), demoMaxTTL)
+	return []stage{
+		{title: "single Redis", url: single.URL()},
+		{title: "Redlock, 5 masters", url: redlockURL, prepare: waitQuarantine(stdout)},
+		{title: "Redlock, 2 of 5 masters killed", url: redlockURL, prepare: func(ctx context.Context, b *dsync.Backend) error {
+			for _, s := range masters[3:] {
+				if err := s.Kill(); err != nil {
+					return err
+				}
+				fmt.Fprintf(stdout, "killed the master on %s (SIGKILL)\n", s.Addr())
+			}
+			return nil
+		}},
+	}, cleanup, exitOK
+}
+
+// waitQuarantine waits out the restart quarantine of freshly started
+// Redlock masters, saying why.
+func waitQuarantine(out io.Writer) func(ctx context.Context, b *dsync.Backend) error {
+	return func(ctx context.Context, b *dsync.Backend) error {
+		d, ok := b.Driver().(*redlock.Driver)
+		if !ok {
+			return nil
+		}
+		if d.QuarantineCheck(time.Now()) == nil {
+			return nil
+		}
+		fmt.Fprintf(out, "the masters are younger than max_ttl (%v): a master that restarted may have lost the locks it held,\nso Redlock does not count its vote until max_ttl has passed since it started. Waiting...\n", demoMaxTTL)
+		start := time.Now()
+		for d.QuarantineCheck(time.Now()) != nil {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+		fmt.Fprintf(out, "quarantine over after %v\n", time.Since(start).Round(10*time.Millisecond))
+		return nil
+	}
 }
 
 type hold struct {
@@ -89,8 +194,8 @@ type demoResult struct {
 }
 
 // contend runs the workers and records every hold on one clock.
-func contend(ctx context.Context, b *dsync.Backend, key string, workers, rounds int, work time.Duration, out io.Writer) (*demoResult, error) {
-	l, err := locker.New(b, key, &locker.Options{TTL: 5 * time.Second})
+func contend(ctx context.Context, b *dsync.Backend, cfg demoConfig, out io.Writer) (*demoResult, error) {
+	l, err := locker.New(b, cfg.key, &locker.Options{TTL: demoTTL})
 	if err != nil {
 		return nil, err
 	}
@@ -106,11 +211,11 @@ func contend(ctx context.Context, b *dsync.Backend, key string, workers, rounds 
 	logf := func(format string, args ...any) {
 		fmt.Fprintf(out, "  %+8.3fs  "+format+"\n", append([]any{since().Seconds()}, args...)...)
 	}
-	for w := 1; w <= workers; w++ {
+	for w := 1; w <= cfg.workers; w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for range rounds {
+			for range cfg.round {
 				asked := since()
 				lease, err := l.Acquire(ctx)
 				if err != nil {
@@ -130,7 +235,7 @@ func contend(ctx context.Context, b *dsync.Backend, key string, workers, rounds 
 				mu.Unlock()
 
 				select {
-				case <-time.After(work):
+				case <-time.After(cfg.work):
 				case <-lease.Done():
 				}
 
@@ -160,43 +265,73 @@ func contend(ctx context.Context, b *dsync.Backend, key string, workers, rounds 
 	return res, nil
 }
 
-// report checks the recorded holds and prints the summary; it returns the
-// exit status.
-func (r *demoResult) report(out io.Writer, workers int) int {
+// summaryRow is one stage's outcome.
+type summaryRow struct {
+	title               string
+	acquisitions        int
+	maxInside           int32
+	overlaps, badTokens int
+	maxWait             time.Duration
+	perWorker           []int
+	violations          []string
+}
+
+func (r summaryRow) ok() bool {
+	return len(r.violations) == 0 && r.maxInside <= 1
+}
+
+// check looks for overlapping holds and tokens that failed to grow, on the
+// one clock every hold was recorded with.
+func (r *demoResult) check(title string, workers int) summaryRow {
 	holds := append([]hold(nil), r.holds...)
 	sort.Slice(holds, func(i, j int) bool { return holds[i].acquired < holds[j].acquired })
-	overlaps, badTokens := 0, 0
+	row := summaryRow{title: title, acquisitions: len(holds), maxInside: r.maxInside, violations: r.violations, perWorker: make([]int, workers)}
 	for i := 1; i < len(holds); i++ {
 		if holds[i].acquired < holds[i-1].released {
-			overlaps++
-			r.violations = append(r.violations, fmt.Sprintf("worker-%d acquired at %v while worker-%d held until %v",
+			row.overlaps++
+			row.violations = append(row.violations, fmt.Sprintf("worker-%d acquired at %v while worker-%d held until %v",
 				holds[i].worker, holds[i].acquired, holds[i-1].worker, holds[i-1].released))
 		}
 		if holds[i].token != 0 && holds[i].token <= holds[i-1].token {
-			badTokens++
-			r.violations = append(r.violations, fmt.Sprintf("fencing token %d granted after %d", holds[i].token, holds[i-1].token))
+			row.badTokens++
+			row.violations = append(row.violations, fmt.Sprintf("fencing token %d granted after %d", holds[i].token, holds[i-1].token))
 		}
 	}
-	perWorker := make([]int, workers+1)
-	var maxWait time.Duration
 	for _, h := range holds {
-		perWorker[h.worker]++
-		maxWait = max(maxWait, h.waited)
+		row.perWorker[h.worker-1]++
+		row.maxWait = max(row.maxWait, h.waited)
 	}
+	return row
+}
+
+func (r summaryRow) print(out io.Writer) {
 	fmt.Fprintln(out)
-	fmt.Fprintf(out, "acquisitions:              %d\n", len(holds))
+	fmt.Fprintf(out, "acquisitions:              %d\n", r.acquisitions)
 	fmt.Fprintf(out, "max concurrent holders:    %d (must be 1)\n", r.maxInside)
-	fmt.Fprintf(out, "overlapping holds:         %d (must be 0)\n", overlaps)
-	fmt.Fprintf(out, "fencing tokens increasing: %v\n", badTokens == 0)
-	fmt.Fprintf(out, "longest wait:              %v\n", maxWait.Round(time.Millisecond))
-	fmt.Fprintf(out, "acquisitions per worker:   %v\n", perWorker[1:])
-	if len(r.violations) > 0 || r.maxInside > 1 {
+	fmt.Fprintf(out, "overlapping holds:         %d (must be 0)\n", r.overlaps)
+	fmt.Fprintf(out, "fencing tokens increasing: %v\n", r.badTokens == 0)
+	fmt.Fprintf(out, "longest wait:              %v\n", r.maxWait.Round(time.Millisecond))
+	fmt.Fprintf(out, "acquisitions per worker:   %v\n", r.perWorker)
+	if !r.ok() {
 		fmt.Fprintln(out, "\nVIOLATIONS:")
 		for _, v := range r.violations {
 			fmt.Fprintln(out, "  "+v)
 		}
-		return exitFail
+		return
 	}
-	fmt.Fprintln(out, "\nOK: mutual exclusion held and fencing tokens grew with every hold")
-	return exitOK
+	fmt.Fprintln(out, "OK: mutual exclusion held and fencing tokens grew with every hold")
+}
+
+func printSummary(out io.Writer, rows []summaryRow) {
+	if len(rows) < 2 {
+		return
+	}
+	fmt.Fprintf(out, "\n== summary ==\n%-32s %12s %12s %9s %13s %s\n", "backend", "acquisitions", "max holders", "overlaps", "longest wait", "result")
+	for _, r := range rows {
+		result := "OK"
+		if !r.ok() {
+			result = "VIOLATION"
+		}
+		fmt.Fprintf(out, "%-32s %12d %12d %9d %13v %s\n", r.title, r.acquisitions, r.maxInside, r.overlaps, r.maxWait.Round(time.Millisecond), result)
+	}
 }

@@ -20,9 +20,12 @@ import (
 	"strings"
 	"syscall"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	"github.com/dsync-dev/dsync"
 	_ "github.com/dsync-dev/dsync/backends/memory"
 	_ "github.com/dsync-dev/dsync/backends/redis"
+	_ "github.com/dsync-dev/dsync/redlock"
 )
 
 // Exit statuses.
@@ -33,6 +36,9 @@ const (
 )
 
 func main() {
+	// go-redis logs every failed dial of a dead node on its own; dsync
+	// reports failures through errors, so the CLI keeps its output clean.
+	goredis.SetLogger(quietLogger{})
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
@@ -137,3 +143,7 @@ func printOption(w io.Writer, o dsync.OptionDoc) {
 	}
 	fmt.Fprintf(w, "      %-16s %s%s\n", o.Name, o.Doc, def)
 }
+
+type quietLogger struct{}
+
+func (quietLogger) Printf(context.Context, string, ...any) {}

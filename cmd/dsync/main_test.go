@@ -36,8 +36,10 @@ func TestDemoStartsItsOwnRedis(t *testing.T) {
 	}
 	t.Setenv("DSYNC_URL", "")
 	code, out, errOut := runCLI(t, "demo", "--workers", "2", "--rounds", "2", "--work", "5ms")
-	if code != exitOK || !strings.Contains(out, "started redis-server") || !strings.Contains(out, "stopped the redis-server") ||
-		!strings.Contains(out, "backend: redis://127.0.0.1:") || !strings.Contains(out, "OK: mutual exclusion held") {
+	if code != exitOK || !strings.Contains(out, "started 6 redis-server processes") || !strings.Contains(out, "stopped the redis-servers") ||
+		!strings.Contains(out, "backend: redis://127.0.0.1:") || !strings.Contains(out, "backend: redlock://127.0.0.1:") ||
+		!strings.Contains(out, "killed the master") || strings.Count(out, "OK: mutual exclusion held") != 3 ||
+		!strings.Contains(out, "== summary ==") || strings.Contains(out, "VIOLATION") {
 		t.Fatalf("demo exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
 	}
 }
@@ -49,9 +51,11 @@ func TestDemoCheckerReportsViolations(t *testing.T) {
 		{worker: 2, token: 4, acquired: 5 * time.Millisecond, released: 20 * time.Millisecond},
 	}}
 	var out bytes.Buffer
-	if code := r.report(&out, 2); code != exitFail || !strings.Contains(out.String(), "overlapping holds:         1") ||
+	row := r.check("test", 2)
+	row.print(&out)
+	if row.ok() || !strings.Contains(out.String(), "overlapping holds:         1") ||
 		!strings.Contains(out.String(), "fencing token 4 granted after 5") {
-		t.Fatalf("checker exit %d on a violation:\n%s", code, out.String())
+		t.Fatalf("checker passed a violation:\n%s", out.String())
 	}
 }
 

@@ -8,14 +8,14 @@ import (
 	"testing/synctest"
 	"time"
 
-	"go.uber.org/goleak"
+	"github.com/dsync-dev/dsync/internal/leakcheck"
 
 	"github.com/dsync-dev/dsync"
 	"github.com/dsync-dev/dsync/backends/memory"
 	"github.com/dsync-dev/dsync/locker"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }
 
 // newBackend returns a memory backend; inside a synctest bubble its clock
 // is the bubble's, so lease timing is exact.

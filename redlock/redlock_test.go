@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
+	"github.com/dsync-dev/dsync/internal/leakcheck"
 
 	"github.com/dsync-dev/dsync"
 	"github.com/dsync-dev/dsync/backends/backendtest"
@@ -14,7 +14,7 @@ import (
 	"github.com/dsync-dev/dsync/redlock"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }
 
 // redlockURL returns the redlock:// URL of servers with extra options.
 func redlockURL(servers []*redistest.Server, query string) string {

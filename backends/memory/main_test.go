@@ -5,13 +5,13 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
+	"github.com/dsync-dev/dsync/internal/leakcheck"
 
 	"github.com/dsync-dev/dsync/backends"
 	"github.com/dsync-dev/dsync/backends/memory"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }
 
 // epoch is the start time of every manual clock in these tests.
 var epoch = time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dsync-dev/dsync/internal/leakcheck"
 	goredis "github.com/redis/go-redis/v9"
-	"go.uber.org/goleak"
 
 	"github.com/dsync-dev/dsync/backends"
 	"github.com/dsync-dev/dsync/backends/redis"
@@ -18,7 +18,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	leakcheck.VerifyTestMain(m)
 }
 
 // newDriver returns a driver over a fresh client of srv; both are closed

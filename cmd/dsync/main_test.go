@@ -7,12 +7,12 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
+	"github.com/dsync-dev/dsync/internal/leakcheck"
 
 	"github.com/dsync-dev/dsync/internal/redistest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }
 
 func runCLI(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()

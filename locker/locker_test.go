@@ -8,10 +8,9 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/dsync-dev/dsync/internal/leakcheck"
-
 	"github.com/dsync-dev/dsync"
 	"github.com/dsync-dev/dsync/backends/memory"
+	"github.com/dsync-dev/dsync/internal/leakcheck"
 	"github.com/dsync-dev/dsync/locker"
 )
 

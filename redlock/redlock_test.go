@@ -6,10 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dsync-dev/dsync/internal/leakcheck"
-
 	"github.com/dsync-dev/dsync"
 	"github.com/dsync-dev/dsync/backends/backendtest"
+	"github.com/dsync-dev/dsync/internal/leakcheck"
 	"github.com/dsync-dev/dsync/internal/redistest"
 	"github.com/dsync-dev/dsync/redlock"
 )

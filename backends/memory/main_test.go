@@ -5,10 +5,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dsync-dev/dsync/internal/leakcheck"
-
 	"github.com/dsync-dev/dsync/backends"
 	"github.com/dsync-dev/dsync/backends/memory"
+	"github.com/dsync-dev/dsync/internal/leakcheck"
 )
 
 func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }

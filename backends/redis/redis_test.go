@@ -14,6 +14,7 @@ import (
 
 	"github.com/dsync-dev/dsync/backends"
 	"github.com/dsync-dev/dsync/backends/redis"
+	"github.com/dsync-dev/dsync/internal/leakcheck"
 	"github.com/dsync-dev/dsync/internal/redistest"
 )
 

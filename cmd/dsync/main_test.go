@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/dsync-dev/dsync/internal/leakcheck"
-
 	"github.com/dsync-dev/dsync/internal/redistest"
 )
 

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dsync-dev/dsync/internal/leakcheck"
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/dsync-dev/dsync/backends"

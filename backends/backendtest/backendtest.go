@@ -59,6 +59,7 @@ func Run(t *testing.T, h Harness) {
 		{"KeyIsolation", s.testKeyIsolation},
 		{"HolderValue", s.testHolderValue},
 		{"Hammer", s.testHammer},
+		{"FairAmongLocalWaiters", s.testFairness},
 		{"ReleaseWakesWaiter", s.testWake},
 		{"DoCancelsOnLoss", s.testDoCancelsOnLoss},
 		{"UseAfterClose", s.testUseAfterClose},

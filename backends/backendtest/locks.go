@@ -581,3 +581,65 @@ func (s *suite) testUseAfterClose(t *testing.T) {
 		t.Errorf("Release after Close: %v, want ErrClosed", err)
 	}
 }
+
+// testFairness runs 8 goroutines of one process on one key until they have
+// made 160 acquisitions between them: none may starve (each gets at least
+// half of the busiest one's share) and no wait may be unbounded.
+func (s *suite) testFairness(t *testing.T) {
+	ctx := testContext(t)
+	l := newLocker(t, s.backend(t), uniqueKey(t), &locker.Options{TTL: 10 * time.Second})
+	const goroutines, total = 8, 160
+	var (
+		done    atomic.Int32
+		counts  [goroutines]int
+		worst   [goroutines]time.Duration
+		wg      sync.WaitGroup
+		errs    = make(chan error, goroutines)
+		inside  atomic.Int32
+		overlap atomic.Int32
+	)
+	for g := range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for done.Load() < total {
+				asked := time.Now()
+				ls, err := l.Acquire(ctx)
+				if err != nil {
+					errs <- err
+					return
+				}
+				worst[g] = max(worst[g], time.Since(asked))
+				if inside.Add(1) != 1 {
+					overlap.Add(1)
+				}
+				counts[g]++
+				done.Add(1)
+				inside.Add(-1)
+				if err := ls.Release(ctx); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("fairness: %v", err)
+	}
+	if n := overlap.Load(); n != 0 {
+		t.Fatalf("%d overlapping critical sections", n)
+	}
+	lo, hi, wmax := counts[0], counts[0], time.Duration(0)
+	for g := range goroutines {
+		lo, hi, wmax = min(lo, counts[g]), max(hi, counts[g]), max(wmax, worst[g])
+	}
+	t.Logf("acquisitions per goroutine %v, worst wait %v", counts, wmax)
+	if lo*2 < hi {
+		t.Errorf("unfair: the least served goroutine got %d acquisitions, the busiest %d", lo, hi)
+	}
+	if wmax > 5*time.Second {
+		t.Errorf("worst wait %v: a waiter was left behind", wmax)
+	}
+}

@@ -44,10 +44,16 @@ func final(err error) bool {
 
 // Acquire blocks until it obtains a hold on key, retrying on contention and
 // on transient failures with the policy's jittered delays, and waking early
-// when the driver reports a release of key. It gives up when ctx ends or the
+// when the driver reports a release of key. Waiters of one process line up
+// first come first served, and only the first contends on the backend. It gives up when ctx ends or the
 // policy does, with an error matching dsync.ErrNotAcquired (and ctx's error
 // when that was the cause); nothing is left held then.
 func Acquire(ctx context.Context, cfg *Config, key string, policy retry.Policy) (*Lease, error) {
+	done, err := waitTurn(ctx, cfg.Driver, key)
+	if err != nil {
+		return nil, gaveUp(key, err, errors.New("waiting behind other waiters of this process"))
+	}
+	defer done()
 	var wake <-chan struct{}
 	if n, ok := cfg.Driver.(backends.Notifier); ok {
 		// Subscribe before the first attempt so that a release between a

@@ -262,6 +262,9 @@ func (d *Driver) Acquire(ctx context.Context, req backends.Request) (backends.Gr
 	if err != nil {
 		return backends.Grant{}, err
 	}
+	if err := ctx.Err(); err != nil {
+		return backends.Grant{}, fmt.Errorf("%w: %w", backends.ErrNotAcquired, err)
+	}
 	start := time.Now()
 	h := &hold{key: req.Key}
 	votes := make(chan vote, len(d.nodes))

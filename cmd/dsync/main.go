@@ -1,6 +1,7 @@
 // Command dsync runs commands under distributed locks and demonstrates the
 // dsync backends.
 //
+//	dsync lock NAME [--url URL] [--try | --timeout D] [--ttl D] -- CMD [ARGS...]
 //	dsync demo [--url URL] [--workers N] [--rounds N]
 //	dsync url-help
 //
@@ -53,6 +54,7 @@ type command struct {
 
 func commands() []command {
 	return []command{
+		{"lock", "run a command while holding a lock: dsync lock NAME [flags] -- CMD [ARGS...]", runLock},
 		{"demo", "contended locks on a backend it starts itself (or --url), with a timeline and a mutual-exclusion check", runDemo},
 		{"url-help", "list the backend URL schemes and their options", runURLHelp},
 	}

@@ -2,62 +2,69 @@ package redlock
 
 import (
 	"context"
-	"reflect"
 	"sync"
+	"time"
 
 	"github.com/dsync-dev/dsync/backends"
 )
 
-// WatchReleases subscribes to release notices on every node (a release
-// publishes on each) and merges them into one coalesced channel, so that a
-// waiter wakes as long as any node is up. One goroutine per subscription
-// does the merging; Close stops and awaits it.
+// WatchReleases subscribes to release notices on every node and merges
+// them into one coalesced channel, so that a waiter wakes as long as any
+// node is up. It returns at once: each node is subscribed by a goroutine of
+// its own, within the per-node timeout, so that a node that is down, paused
+// or cut off never delays the caller (notices are only hints; a waiter
+// still retries on its own schedule). The subscription's Close stops those
+// goroutines without waiting for them; the driver's Close awaits them.
 func (d *Driver) WatchReleases(ctx context.Context, key string) (backends.Subscription, error) {
 	if d.closed.Load() {
 		return nil, backends.ErrClosed
 	}
-	s := &mergedSub{c: make(chan struct{}, 1), stop: make(chan struct{})}
-	cases := []reflect.SelectCase{{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(s.stop)}}
-	for _, n := range d.nodes {
-		sub, err := n.drv.WatchReleases(ctx, key)
-		if err != nil {
-			continue // a hint only: the other nodes still notify
-		}
-		s.subs = append(s.subs, sub)
-		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(sub.C())})
+	if err := ctx.Err(); err != nil {
+		return nil, err
 	}
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		for {
-			if i, _, _ := reflect.Select(cases); i == 0 {
-				return
-			}
-			select {
-			case s.c <- struct{}{}:
-			default:
-			}
-		}
-	}()
+	nt, _ := d.timeoutFor(d.maxTTL)
+	s := &mergedSub{c: make(chan struct{}, 1), stop: make(chan struct{})}
+	for _, n := range d.nodes {
+		d.wg.Add(1)
+		go func() {
+			defer d.wg.Done()
+			s.forward(d.ctx, n, key, nt)
+		}()
+	}
 	return s, nil
 }
 
 type mergedSub struct {
 	c    chan struct{}
-	stop chan struct{}
-	subs []backends.Subscription
-	wg   sync.WaitGroup
+	stop chan struct{} // closed by Close
 	once sync.Once
+}
+
+// forward subscribes to one node's notices and passes them on until the
+// subscription or the driver (ctx) is closed.
+func (s *mergedSub) forward(ctx context.Context, n *node, key string, nt time.Duration) {
+	sctx, cancel := context.WithTimeout(ctx, nt)
+	sub, err := n.drv.WatchReleases(sctx, key)
+	cancel()
+	if err != nil {
+		return // a hint only: the other nodes still notify
+	}
+	defer sub.Close()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-ctx.Done():
+			return
+		case <-sub.C():
+			select {
+			case s.c <- struct{}{}:
+			default:
+			}
+		}
+	}
 }
 
 func (s *mergedSub) C() <-chan struct{} { return s.c }
 
-func (s *mergedSub) Close() {
-	s.once.Do(func() {
-		close(s.stop)
-		s.wg.Wait()
-		for _, sub := range s.subs {
-			sub.Close()
-		}
-	})
-}
+func (s *mergedSub) Close() { s.once.Do(func() { close(s.stop) }) }

@@ -242,9 +242,10 @@ type hold struct {
 }
 
 type vote struct {
-	node  *node
-	grant backends.Grant
-	err   error
+	node    *node
+	grant   backends.Grant
+	err     error
+	applied bool // the node set the key, even if its vote does not count
 }
 
 // Acquire makes one Redlock attempt: SET NX PX with the request's token on
@@ -287,7 +288,17 @@ func (d *Driver) Acquire(ctx context.Context, req backends.Request) (backends.Gr
 			nctx, cancel := context.WithDeadline(d.ctx, deadline)
 			g, err := n.drv.AcquireSeeded(nctx, req)
 			cancel()
-			d.landed(req.Token, h, vote{node: n, grant: g, err: err}, votes)
+			applied := err == nil
+			if applied {
+				// A request that found its connection broken by a restart
+				// ran on a new one, whose hook has only now learned the
+				// server's uptime: the check made before sending it was
+				// about the previous process.
+				if qerr := n.quarantined(start); qerr != nil {
+					err = qerr
+				}
+			}
+			d.landed(req.Token, h, vote{node: n, grant: g, err: err, applied: applied}, votes)
 		}()
 	}
 
@@ -365,7 +376,7 @@ func (d *Driver) landed(token string, h *hold, v vote, votes chan<- vote) {
 		votes <- v // buffered for every node: never blocks
 		return
 	}
-	if v.err == nil && !keep {
+	if v.applied && !keep {
 		ctx, cancel := context.WithTimeout(d.ctx, maxNodeTimeout)
 		_ = v.node.drv.Release(ctx, h.key, token)
 		cancel()

@@ -41,6 +41,10 @@ func runLock(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	timeout := fs.Duration("timeout", 0, "give up waiting after this long and exit 4 (default: wait forever)")
 	grace := fs.Duration("grace", 10*time.Second, "after the lock is lost, time between SIGTERM and SIGKILL to CMD")
 	maxHold := fs.Duration("max-hold", 0, "stop extending after this total hold time (default 1h; negative: no bound)")
+	if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help") {
+		fs.Usage()
+		return exitOK
+	}
 	name, cmdArgs, rest, ok := splitCommand(args)
 	if !ok {
 		fs.Usage()

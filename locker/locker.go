@@ -6,7 +6,6 @@ package locker
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -191,7 +190,7 @@ func (l *Locker) Acquire(ctx context.Context) (dsync.Lease, error) {
 // dsync.ErrNotAcquired.
 func (l *Locker) TryAcquire(ctx context.Context) (dsync.Lease, error) {
 	ls, err := lease.Attempt(ctx, l.cfg, l.key)
-	if errors.Is(err, dsync.ErrNotAcquired) && errors.Unwrap(err) == nil {
+	if err == dsync.ErrNotAcquired { // the bare sentinel: plain contention
 		err = fmt.Errorf("%w: %q is held by another owner", err, l.key)
 	}
 	return l.started(ls, err)

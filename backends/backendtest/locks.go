@@ -582,9 +582,10 @@ func (s *suite) testUseAfterClose(t *testing.T) {
 	}
 }
 
-// testFairness runs 8 goroutines of one process on one key until they have
-// made 160 acquisitions between them: none may starve (each gets at least
-// half of the busiest one's share) and no wait may be unbounded.
+// testFairness runs 8 goroutines of one process on one key, each holding it
+// for about 100us of work, until they have made 160 acquisitions between
+// them: none may starve (each gets at least half of the busiest one's
+// share) and no wait may be unbounded.
 func (s *suite) testFairness(t *testing.T) {
 	ctx := testContext(t)
 	l := newLocker(t, s.backend(t), uniqueKey(t), &locker.Options{TTL: 10 * time.Second})
@@ -615,6 +616,7 @@ func (s *suite) testFairness(t *testing.T) {
 				}
 				counts[g]++
 				done.Add(1)
+				time.Sleep(100 * time.Microsecond) // the work
 				inside.Add(-1)
 				if err := ls.Release(ctx); err != nil {
 					errs <- err

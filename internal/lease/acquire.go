@@ -87,9 +87,9 @@ func Acquire(ctx context.Context, cfg *Config, key string, policy retry.Policy) 
 
 // gaveUp builds the error of an Acquire that stopped trying: it matches
 // dsync.ErrNotAcquired, cause (ctx's error, typically) and the last
-// attempt's error.
+// attempt's error, whose detail (a lost quorum, a network error) it keeps.
 func gaveUp(key string, cause, last error) error {
-	if errors.Is(last, dsync.ErrNotAcquired) {
+	if last == dsync.ErrNotAcquired { // the bare sentinel: plain contention
 		return fmt.Errorf("%w: %q is held by another owner: %w", dsync.ErrNotAcquired, key, cause)
 	}
 	return fmt.Errorf("%w: %q: %w (last attempt: %w)", dsync.ErrNotAcquired, key, cause, last)

@@ -11,7 +11,11 @@
 // validity fails. A failed attempt is released on all nodes at once,
 // including those that seemed to refuse or time out, and a node whose SET
 // is applied late (a paused server, a slow link) is released again when its
-// reply finally arrives. Release and extension use the same parallel fan-out
+// reply finally arrives, as long as it arrives within the TTL; a server
+// paused longer than that applies the SET on resume and the key holds that
+// one node for one TTL more (an availability cost, never a second holder).
+// Undoing a failed attempt sends no release notice, so waiters are not
+// woken for a hold that never was. Release and extension use the same parallel fan-out
 // and quorum rule; extension never re-creates an expired key and is bounded
 // by the locker's MaxExtensions and MaxHold.
 //
@@ -22,7 +26,8 @@
 // and uptime on each new connection (a connection cannot outlive the server
 // process it reached, so every command is attributed to the right process),
 // and a node whose process is younger than MaxTTL does not count toward any
-// quorum until MaxTTL has passed since it started: by then every lock it
+// quorum until MaxTTL has passed since it started (uptime is reported in
+// whole seconds, so up to a second more): by then every lock it
 // held before the restart has expired anyway. This is the specification's
 // "delayed restart", done by the client. It assumes that no client uses a
 // TTL above MaxTTL (the driver rejects such TTLs) and that Redis expires

@@ -73,10 +73,12 @@ func (n *node) onConnect(ctx context.Context, cn *goredis.Conn) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.runID = runID
-	// uptime_in_seconds is rounded down, so the process started at or
-	// before this instant, and its locks from before a restart are all
-	// gone by started + MaxTTL.
-	started := now.Add(-uptime)
+	// uptime_in_seconds is the difference of two instants each truncated
+	// to the second, so it may exceed the true uptime by up to a second: a
+	// process that started late in the previous second reports 1 a few
+	// milliseconds later. It started before now - uptime + 1s, and its
+	// locks from before a restart are all gone by then + MaxTTL.
+	started := now.Add(-uptime).Add(time.Second)
 	if n.quarantine {
 		if end := started.Add(n.maxTTL); end.After(n.until) {
 			n.until = end

@@ -10,11 +10,13 @@ import (
 
 // WatchReleases subscribes to release notices on every node and merges
 // them into one coalesced channel, so that a waiter wakes as long as any
-// node is up. It returns at once: each node is subscribed by a goroutine of
-// its own, within the per-node timeout, so that a node that is down, paused
-// or cut off never delays the caller (notices are only hints; a waiter
-// still retries on its own schedule). The subscription's Close stops those
-// goroutines without waiting for them; the driver's Close awaits them.
+// node is up. Each node is subscribed by a goroutine of its own, within the
+// per-node timeout; WatchReleases returns once a quorum of them have sent
+// their SUBSCRIBE (or all have given up, or ctx is done). A release deletes
+// the key, and publishes, on a quorum of nodes at least, one of which is
+// then subscribed; a node that is down, paused or cut off never delays the
+// caller. The subscription's Close stops the goroutines without waiting
+// for them; the driver's Close awaits them.
 func (d *Driver) WatchReleases(ctx context.Context, key string) (backends.Subscription, error) {
 	if d.closed.Load() {
 		return nil, backends.ErrClosed
@@ -24,12 +26,24 @@ func (d *Driver) WatchReleases(ctx context.Context, key string) (backends.Subscr
 	}
 	nt, _ := d.timeoutFor(d.maxTTL)
 	s := &mergedSub{c: make(chan struct{}, 1), stop: make(chan struct{})}
+	subscribed := make(chan bool, len(d.nodes)) // never blocks a sender
 	for _, n := range d.nodes {
 		d.wg.Add(1)
 		go func() {
 			defer d.wg.Done()
-			s.forward(d.ctx, n, key, nt)
+			s.forward(d.ctx, n, key, nt, subscribed)
 		}()
+	}
+	for ok, answered := 0, 0; ok < d.quorum && answered < len(d.nodes); answered++ {
+		select {
+		case good := <-subscribed:
+			if good {
+				ok++
+			}
+		case <-ctx.Done():
+			s.Close()
+			return nil, ctx.Err()
+		}
 	}
 	return s, nil
 }
@@ -40,12 +54,14 @@ type mergedSub struct {
 	once sync.Once
 }
 
-// forward subscribes to one node's notices and passes them on until the
-// subscription or the driver (ctx) is closed.
-func (s *mergedSub) forward(ctx context.Context, n *node, key string, nt time.Duration) {
+// forward subscribes to one node's notices, reports whether that worked,
+// and passes the notices on until the subscription or the driver (ctx) is
+// closed.
+func (s *mergedSub) forward(ctx context.Context, n *node, key string, nt time.Duration, subscribed chan<- bool) {
 	sctx, cancel := context.WithTimeout(ctx, nt)
 	sub, err := n.drv.WatchReleases(sctx, key)
 	cancel()
+	subscribed <- err == nil
 	if err != nil {
 		return // a hint only: the other nodes still notify
 	}

@@ -294,7 +294,7 @@ func (d *Driver) Acquire(ctx context.Context, req backends.Request) (backends.Gr
 				// ran on a new one, whose hook has only now learned the
 				// server's uptime: the check made before sending it was
 				// about the previous process.
-				if qerr := n.quarantined(start); qerr != nil {
+				if qerr := n.quarantined(time.Now()); qerr != nil {
 					err = qerr
 				}
 			}
@@ -310,13 +310,14 @@ func (d *Driver) Acquire(ctx context.Context, req backends.Request) (backends.Gr
 			fence = max(fence, v.grant.Fence)
 		}
 		if err := d.raiseFence(ctx, req.Key, fence, nt); err != nil {
-			ok = false
-			refused = appendErr(refused, err)
+			d.decide(req.Token, h, false)
+			d.withdrawAll(req.Key, req.Token, nt)
+			return backends.Grant{}, fmt.Errorf("%w: %w: %w", backends.ErrNotAcquired, ErrNoQuorum, err)
 		}
 	}
 	d.decide(req.Token, h, ok)
 	if !ok {
-		d.releaseAll(req.Key, req.Token, nt)
+		d.withdrawAll(req.Key, req.Token, nt)
 		return backends.Grant{}, d.notAcquired(ctx, len(granted), refused)
 	}
 	g := backends.Grant{Fence: fence, TTL: req.TTL.Truncate(time.Millisecond)}
@@ -363,7 +364,7 @@ func (d *Driver) collect(ctx context.Context, votes <-chan vote, deadline time.T
 }
 
 // landed delivers a node's vote, or, once the attempt has been decided,
-// releases a late grant that nobody will release otherwise.
+// withdraws a late grant that nobody will release otherwise.
 func (d *Driver) landed(token string, h *hold, v vote, votes chan<- vote) {
 	d.mu.Lock()
 	h.pending--
@@ -378,7 +379,7 @@ func (d *Driver) landed(token string, h *hold, v vote, votes chan<- vote) {
 	}
 	if v.applied && !keep {
 		ctx, cancel := context.WithTimeout(d.ctx, maxNodeTimeout)
-		_ = v.node.drv.Release(ctx, h.key, token)
+		_ = v.node.drv.Withdraw(ctx, h.key, token)
 		cancel()
 	}
 }
@@ -453,11 +454,12 @@ func (d *Driver) fanOut(ctx context.Context, nt time.Duration, all bool, op func
 	return len(d.nodes) - count(merr), merr
 }
 
-// releaseAll releases token on every node, in parallel, each bounded by nt,
-// on a context of the driver's own (the caller's may be done).
-func (d *Driver) releaseAll(key, token string, nt time.Duration) {
+// withdrawAll undoes a failed attempt on every node, in parallel, each
+// bounded by nt, on a context of the driver's own (the caller's may be
+// done), without release notices.
+func (d *Driver) withdrawAll(key, token string, nt time.Duration) {
 	d.fanOut(d.ctx, nt, true, func(ctx context.Context, n *node) error {
-		return n.drv.Release(ctx, key, token)
+		return n.drv.Withdraw(ctx, key, token)
 	})
 }
 

@@ -47,5 +47,12 @@ func (d *Driver) RaiseFence(ctx context.Context, key string, token uint64) error
 	return nil
 }
 
+// Withdraw is Release without the release notice, for undoing a failed
+// Redlock attempt: waiters were not waiting for a hold that never was, and
+// a notice would wake them (and the attempt's own waiter) for nothing.
+func (d *Driver) Withdraw(ctx context.Context, key, token string) error {
+	return d.release(ctx, key, token, silent)
+}
+
 // Client returns the go-redis client the driver uses.
 func (d *Driver) Client() goredis.UniversalClient { return d.client }

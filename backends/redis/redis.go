@@ -220,6 +220,13 @@ func (d *Driver) Refresh(ctx context.Context, key, token string, ttl time.Durati
 // publishes a release notice. A hold that expired or belongs to another
 // token is left alone and reported as ErrNotHeld.
 func (d *Driver) Release(ctx context.Context, key, token string) error {
+	return d.release(ctx, key, token, publish)
+}
+
+// The release script's flag, boxed once.
+var publish, silent any = "1", "0"
+
+func (d *Driver) release(ctx context.Context, key, token string, notify any) error {
 	if d.closed.Load() {
 		return backends.ErrClosed
 	}
@@ -230,7 +237,7 @@ func (d *Driver) Release(ctx context.Context, key, token string) error {
 	if err := checkToken(token); err != nil {
 		return err
 	}
-	n, err := releaseScript.Run(ctx, d.client, []string{hold}, token).Int64()
+	n, err := releaseScript.Run(ctx, d.client, []string{hold}, token, notify).Int64()
 	if err != nil {
 		return d.wrap(err)
 	}

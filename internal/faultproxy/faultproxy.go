@@ -1,0 +1,149 @@
+// Package faultproxy puts an in-process TCP proxy (toxiproxy) between a
+// client and one server, so that a test can slow down, black-hole or cut
+// the link to that server alone while the server itself keeps running.
+package faultproxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	toxiproxy "github.com/Shopify/toxiproxy/v2"
+	"github.com/rs/zerolog"
+)
+
+// api is the toxiproxy server object every proxy hangs off: it only carries
+// the logger and metrics the proxies use; it never listens.
+var api = sync.OnceValue(func() *toxiproxy.ApiServer {
+	return toxiproxy.NewServer(toxiproxy.NewMetricsContainer(nil), zerolog.Nop())
+})
+
+// Proxy forwards connections from a loopback port to one upstream address.
+// Its methods are safe for concurrent use. Each fault replaces the previous
+// one; Heal removes it.
+type Proxy struct {
+	mu      sync.Mutex // serialises the fault changes below
+	p       *toxiproxy.Proxy
+	refused bool // the listener is closed (Refuse)
+	closed  bool
+}
+
+// New starts a proxy on a free loopback port, forwarding to upstream
+// (host:port). The caller must Close it.
+func New(upstream string) (*Proxy, error) {
+	p := toxiproxy.NewProxy(api(), "to-"+upstream, "127.0.0.1:0", upstream)
+	if err := p.Start(); err != nil {
+		return nil, fmt.Errorf("faultproxy: %w", err)
+	}
+	return &Proxy{p: p}, nil
+}
+
+// Start is New for tests: it calls t.Fatalf on failure and registers Close
+// with t.Cleanup.
+func Start(t testing.TB, upstream string) *Proxy {
+	t.Helper()
+	p, err := New(upstream)
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	t.Cleanup(p.Close)
+	return p
+}
+
+// Addr is the proxy's listening address, "127.0.0.1:PORT". It stays the
+// same across Refuse and Heal.
+func (p *Proxy) Addr() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.p.Listen
+}
+
+// Latency delays every byte the server sends back by d; requests reach the
+// server at once, so commands are applied on time and only their replies
+// are late.
+func (p *Proxy) Latency(d time.Duration) error {
+	return p.fault(fmt.Sprintf(`{"name":"fault","type":"latency","stream":"downstream","attributes":{"latency":%d}}`, d.Milliseconds()))
+}
+
+// Blackhole drops every byte sent to the server, on open connections and
+// new ones alike, and keeps the connections open: requests are never
+// applied and never answered.
+func (p *Proxy) Blackhole() error {
+	return p.fault(`{"name":"fault","type":"timeout","stream":"upstream","attributes":{"timeout":0}}`)
+}
+
+// Refuse closes the listener and every open connection: new connections
+// are refused, as by a server that is down.
+func (p *Proxy) Refuse() error {
+	if err := p.clear(); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return errors.New("faultproxy: closed")
+	}
+	p.p.Stop()
+	p.refused = true
+	return nil
+}
+
+// Heal removes the current fault: toxics are dropped and the listener is
+// reopened on the same port if Refuse closed it.
+func (p *Proxy) Heal() error {
+	if err := p.clear(); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return errors.New("faultproxy: closed")
+	}
+	if p.refused {
+		if err := p.p.Start(); err != nil {
+			return fmt.Errorf("faultproxy: reopen %s: %w", p.p.Listen, err)
+		}
+		p.refused = false
+	}
+	return nil
+}
+
+// fault installs one toxic, replacing the previous one.
+func (p *Proxy) fault(toxic string) error {
+	if err := p.Heal(); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if _, err := p.p.Toxics.AddToxicJson(strings.NewReader(toxic)); err != nil {
+		return fmt.Errorf("faultproxy: %w", err)
+	}
+	return nil
+}
+
+func (p *Proxy) clear() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return errors.New("faultproxy: closed")
+	}
+	p.p.Toxics.ResetToxics(context.Background())
+	return nil
+}
+
+// Close removes any fault, stops listening and closes every connection.
+// It is idempotent.
+func (p *Proxy) Close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return
+	}
+	p.closed = true
+	p.p.Toxics.ResetToxics(context.Background())
+	p.p.Stop()
+}

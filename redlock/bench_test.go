@@ -1,0 +1,176 @@
+package redlock_test
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/dsync-dev/dsync/internal/redistest"
+	"github.com/dsync-dev/dsync/locker"
+)
+
+// benchTTL is not a whole number of seconds, so that go-redis's SetNX sends
+// PX, as the driver's script does; it fits under benchMaxTTL, which bounds
+// the quarantine the fresh servers are waited out of.
+const (
+	benchTTL    = 2500 * time.Millisecond
+	benchMaxTTL = 3 * time.Second
+)
+
+// rawRelease is the specification's compare-and-delete.
+var rawRelease = goredis.NewScript(`if redis.call("get", KEYS[1]) == ARGV[1] then
+	return redis.call("del", KEYS[1])
+else
+	return 0
+end`)
+
+// scriptedAcquire and scriptedRelease do on the server what the driver's
+// scripts do for an unfenced lock (acquire_seeded.lua with no token;
+// release.lua, which also publishes a release notice), so that the
+// "scripted" floor differs from the driver only on the client side.
+var (
+	scriptedAcquire = goredis.NewScript(`if not redis.call("SET", KEYS[1], ARGV[1], "NX", "PX", ARGV[2]) then
+	return 0
+end
+return 1`)
+	scriptedRelease = goredis.NewScript(`local v = redis.call("GET", KEYS[1])
+if v and (v == ARGV[1] or string.sub(v, 1, #ARGV[1] + 1) == ARGV[1] .. "\n") then
+	redis.call("DEL", KEYS[1])
+	redis.call("PUBLISH", KEYS[1] .. ":released", "released")
+	return 1
+end
+return 0`)
+)
+
+// BenchmarkLockCycleRatio measures one uncontended acquire and release of a
+// lock on 5 loopback masters three ways, interleaved in every iteration so
+// that all three see the same machine noise:
+//
+//   - raw: the floor, the least a correct Redlock client must do with
+//     go-redis: SET NX PX on the 5 masters in parallel (one goroutine each,
+//     waiting for all 5 replies), then the compare-and-delete script on the
+//     5 in parallel, waiting for all 5. Two parallel round trips.
+//   - scripted: the raw cycle with the driver's server-side work (Lua
+//     scripts, the release notice), to tell the client's overhead from the
+//     server's.
+//   - dsync: the same cycle through locker.TryAcquire and Lease.Release
+//     with NoFencing (the driver's one-round mode), decided at quorum.
+//   - fenced: the locker's default, with fencing tokens: a second round
+//     writes the token back to a majority before the lease is returned.
+//
+// It reports each one's mean, dsync/raw (the issue's target: 1.1),
+// dsync/scripted (the client's share of the gap), and the fencing round's
+// extra cost (fenced minus dsync, and fenced/dsync).
+func BenchmarkLockCycleRatio(b *testing.B) {
+	servers := redistest.StartN(b, 5, nil)
+	waitOutQuarantine(b, servers, benchMaxTTL)
+	backend := open(b, redlockURL(servers, "max_ttl="+benchMaxTTL.String()))
+	b.Cleanup(func() { _ = backend.Close() })
+	clients := make([]*goredis.Client, len(servers))
+	for i, s := range servers {
+		clients[i] = s.NewClient(b)
+	}
+	ctx := context.Background()
+
+	lockers := map[bool]*locker.Locker{}
+	for _, fence := range []bool{false, true} {
+		l, err := locker.New(backend, "bench-fence-"+strconv.FormatBool(fence), &locker.Options{TTL: benchTTL, NoFencing: !fence})
+		if err != nil {
+			b.Fatal(err)
+		}
+		lockers[fence] = l
+	}
+	dsyncCycle := func(fence bool) {
+		lease, err := lockers[fence].TryAcquire(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := lease.Release(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+
+	i := 0
+	errs := make([]error, len(clients))
+	rawCycle := func(scripted bool) {
+		i++
+		tok := "tok-" + strconv.Itoa(i)
+		rawKey, release := "raw:ratio", rawRelease
+		if scripted {
+			rawKey, release = "scripted:ratio", scriptedRelease
+		}
+		var wg sync.WaitGroup
+		for n, c := range clients {
+			wg.Go(func() {
+				var ok bool
+				var err error
+				if scripted {
+					var r int64
+					r, err = scriptedAcquire.Run(ctx, c, []string{rawKey}, tok, benchTTL.Milliseconds()).Int64()
+					ok = r == 1
+				} else {
+					ok, err = c.SetNX(ctx, rawKey, tok, benchTTL).Result()
+				}
+				if err == nil && !ok {
+					err = goredis.Nil
+				}
+				errs[n] = err
+			})
+		}
+		wg.Wait()
+		granted := 0
+		for _, err := range errs {
+			if err == nil {
+				granted++
+			}
+		}
+		if granted < len(clients)/2+1 {
+			b.Fatalf("raw SET NX granted by %d of %d: %v", granted, len(clients), errs)
+		}
+		for n, c := range clients {
+			wg.Go(func() { errs[n] = release.Run(ctx, c, []string{rawKey}, tok).Err() })
+		}
+		wg.Wait()
+		for _, err := range errs {
+			if err != nil {
+				b.Fatalf("raw compare-and-delete: %v", err)
+			}
+		}
+	}
+
+	for range 300 { // warm connections and script caches
+		rawCycle(false)
+		rawCycle(true)
+		dsyncCycle(false)
+		dsyncCycle(true)
+	}
+	var tRaw, tScripted, tDsync, tFenced time.Duration
+	for b.Loop() {
+		t0 := time.Now()
+		rawCycle(false)
+		t1 := time.Now()
+		rawCycle(true)
+		t2 := time.Now()
+		dsyncCycle(false)
+		t3 := time.Now()
+		dsyncCycle(true)
+		t4 := time.Now()
+		tRaw += t1.Sub(t0)
+		tScripted += t2.Sub(t1)
+		tDsync += t3.Sub(t2)
+		tFenced += t4.Sub(t3)
+	}
+	n := float64(b.N)
+	b.ReportMetric(float64(tRaw.Nanoseconds())/n, "raw-ns/cycle")
+	b.ReportMetric(float64(tScripted.Nanoseconds())/n, "scripted-ns/cycle")
+	b.ReportMetric(float64(tDsync.Nanoseconds())/n, "dsync-ns/cycle")
+	b.ReportMetric(float64(tDsync)/float64(tScripted), "dsync/scripted")
+	b.ReportMetric(float64(tFenced.Nanoseconds())/n, "fenced-ns/cycle")
+	b.ReportMetric(float64(tDsync)/float64(tRaw), "dsync/raw")
+	b.ReportMetric(float64((tFenced-tDsync).Nanoseconds())/n, "fence-extra-ns/cycle")
+	b.ReportMetric(float64(tFenced)/float64(tDsync), "fenced/dsync")
+}

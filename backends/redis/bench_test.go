@@ -119,9 +119,10 @@ func BenchmarkLockCycle(b *testing.B) {
 	})
 }
 
-// BenchmarkLockCycleRatio interleaves one cycle through the locker (the
-// path applications use, fencing on) with one raw cycle, so that both see
-// the same machine noise, and reports each one's mean and their ratio.
+// BenchmarkLockCycleRatio interleaves one cycle through the locker with
+// fencing (the default), one without, and one raw cycle, so that all three
+// see the same machine noise, and reports each one's mean and the ratios to
+// the raw floor.
 func BenchmarkLockCycleRatio(b *testing.B) {
 	srv := redistest.Start(b, nil)
 	client := srv.NewClient(b)
@@ -132,21 +133,25 @@ func BenchmarkLockCycleRatio(b *testing.B) {
 	backend, _ := dsync.NewBackend(d, nil)
 	b.Cleanup(func() { _ = backend.Close() })
 	ctx := context.Background()
-	l, err := locker.New(backend, "ratio", &locker.Options{TTL: benchTTL})
-	if err != nil {
-		b.Fatal(err)
-	}
-	dsyncCycle := func() {
-		lease, err := l.TryAcquire(ctx)
+	cycle := func(opts *locker.Options) func() {
+		l, err := locker.New(backend, "ratio", opts)
 		if err != nil {
 			b.Fatal(err)
 		}
-		if err := lease.Release(ctx); err != nil {
-			b.Fatal(err)
+		return func() {
+			lease, err := l.TryAcquire(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := lease.Release(ctx); err != nil {
+				b.Fatal(err)
+			}
 		}
 	}
+	fenced := cycle(&locker.Options{TTL: benchTTL})
+	unfenced := cycle(&locker.Options{TTL: benchTTL, NoFencing: true})
 	i := 0
-	rawCycle := func() {
+	raw := func() {
 		i++
 		tok := "tok-" + strconv.Itoa(i)
 		if ok, err := client.SetNX(ctx, "raw:ratio", tok, benchTTL).Result(); err != nil || !ok {
@@ -157,20 +162,27 @@ func BenchmarkLockCycleRatio(b *testing.B) {
 		}
 	}
 	for range 300 { // warm connections and script caches
-		dsyncCycle()
-		rawCycle()
+		fenced()
+		unfenced()
+		raw()
 	}
-	var tDsync, tRaw time.Duration
+	var tFenced, tUnfenced, tRaw time.Duration
 	for b.Loop() {
 		t0 := time.Now()
-		dsyncCycle()
+		fenced()
 		t1 := time.Now()
-		rawCycle()
+		unfenced()
 		t2 := time.Now()
-		tDsync += t1.Sub(t0)
-		tRaw += t2.Sub(t1)
+		raw()
+		t3 := time.Now()
+		tFenced += t1.Sub(t0)
+		tUnfenced += t2.Sub(t1)
+		tRaw += t3.Sub(t2)
 	}
-	b.ReportMetric(float64(tDsync.Nanoseconds())/float64(b.N), "dsync-ns/cycle")
-	b.ReportMetric(float64(tRaw.Nanoseconds())/float64(b.N), "raw-ns/cycle")
-	b.ReportMetric(float64(tDsync)/float64(tRaw), "ratio")
+	n := float64(b.N)
+	b.ReportMetric(float64(tFenced.Nanoseconds())/n, "fenced-ns/cycle")
+	b.ReportMetric(float64(tUnfenced.Nanoseconds())/n, "unfenced-ns/cycle")
+	b.ReportMetric(float64(tRaw.Nanoseconds())/n, "raw-ns/cycle")
+	b.ReportMetric(float64(tFenced)/float64(tRaw), "fenced/raw")
+	b.ReportMetric(float64(tUnfenced)/float64(tRaw), "unfenced/raw")
 }

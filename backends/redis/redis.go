@@ -43,7 +43,7 @@ var (
 )
 
 // The acquire script's fencing flag, boxed once rather than on every call.
-var noFence, drawFence any = "0", "1"
+var drawFence any = "1"
 
 var capabilities = backends.Capabilities{
 	Name:          "redis",
@@ -169,23 +169,31 @@ func (d *Driver) acquire(ctx context.Context, req backends.Request, script *gore
 	if len(req.Value) > 0 {
 		val = req.Token + "\n" + string(req.Value)
 	}
-	fence := noFence
-	if req.Fence {
-		fence = drawFence
-	}
 	ttl := req.TTL.Truncate(time.Millisecond)
-	n, err := script.Run(ctx, d.client, []string{hold, hold + ":fence"},
-		val, ttl.Milliseconds(), fence).Int64()
+	g := backends.Grant{TTL: ttl}
+	if !req.Fence {
+		// Without a fencing token the hold is a plain SET NX PX: Redis
+		// runs it several times faster than a script.
+		ok, err := d.client.SetArgs(ctx, hold, val, goredis.SetArgs{Mode: "NX", TTL: ttl}).Result()
+		if errors.Is(err, goredis.Nil) {
+			return backends.Grant{}, backends.ErrNotAcquired
+		}
+		if err != nil {
+			return backends.Grant{}, d.wrap(err)
+		}
+		if ok != "OK" {
+			return backends.Grant{}, fmt.Errorf("redis: SET NX answered %q", ok)
+		}
+		return g, nil
+	}
+	n, err := script.Run(ctx, d.client, []string{hold, hold + ":fence"}, val, ttl.Milliseconds(), drawFence).Int64()
 	if err != nil {
 		return backends.Grant{}, d.wrap(err)
 	}
 	if n == 0 {
 		return backends.Grant{}, backends.ErrNotAcquired
 	}
-	g := backends.Grant{TTL: ttl}
-	if req.Fence {
-		g.Fence = uint64(n)
-	}
+	g.Fence = uint64(n)
 	return g, nil
 }
 

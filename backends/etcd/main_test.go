@@ -3,7 +3,7 @@ package etcd_test
 import (
 	"testing"
 
-	"github.com/dsync-dev/dsync/internal/etcdtest"
+	"github.com/dsync-dev/dsync/internal/leakcheck"
 )
 
-func TestMain(m *testing.M) { etcdtest.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/dsync-dev/dsync"
+	"github.com/dsync-dev/dsync/internal/etcdtest"
 	"github.com/dsync-dev/dsync/internal/redistest"
 	"github.com/dsync-dev/dsync/locker"
 	"github.com/dsync-dev/dsync/redlock"
@@ -103,20 +104,26 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return status
 }
 
-// defaultStages starts throw-away servers: one redis-server for the single
-// Redis backend and five for Redlock, when redis-server is installed;
-// otherwise the memory backend. cleanup stops whatever was started.
+// defaultStages starts throw-away servers: a 3-member etcd cluster in this
+// process, and, when redis-server is installed, one redis-server for the
+// single Redis backend and five for Redlock (otherwise the memory backend
+// stands in). cleanup stops whatever was started.
 func defaultStages(ctx context.Context, stdout, stderr io.Writer) ([]stage, func(), int) {
-	if _, err := redistest.Lookup(); err != nil {
-		fmt.Fprintf(stdout, "redis-server is not installed, so the demo runs on the in-process memory backend\n(install it with: sudo apt-get install -y redis-server)\n")
-		return []stage{{title: "memory (in-process)", url: "memory://demo"}}, nil, exitOK
+	var (
+		servers []*redistest.Server
+		errs    []error
+		cluster *etcdtest.Cluster
+		etcdErr error
+		wg      sync.WaitGroup
+	)
+	_, noRedis := redistest.Lookup()
+	if noRedis == nil {
+		servers, errs = make([]*redistest.Server, 6), make([]error, 6)
+		for i := range servers {
+			wg.Go(func() { servers[i], errs[i] = redistest.StartServer(ctx, nil) })
+		}
 	}
-	servers := make([]*redistest.Server, 6)
-	errs := make([]error, len(servers))
-	var wg sync.WaitGroup
-	for i := range servers {
-		wg.Go(func() { servers[i], errs[i] = redistest.StartServer(ctx, nil) })
-	}
+	wg.Go(func() { cluster, etcdErr = etcdtest.StartServer(ctx, &etcdtest.Options{Members: 3}) })
 	wg.Wait()
 	cleanup := func() {
 		for _, s := range servers {
@@ -124,23 +131,43 @@ func defaultStages(ctx context.Context, stdout, stderr io.Writer) ([]stage, func
 				_ = s.Close()
 			}
 		}
-		fmt.Fprintln(stdout, "\nstopped the redis-servers this demo started and removed their data")
+		if cluster != nil {
+			_ = cluster.Close()
+		}
+		fmt.Fprintln(stdout, "\nstopped the servers this demo started and removed their data")
 	}
-	for _, err := range errs {
+	for _, err := range append(errs, etcdErr) {
 		if err != nil {
-			fmt.Fprintf(stderr, "dsync demo: starting redis-server: %s\n", oneLine(err))
+			fmt.Fprintf(stderr, "dsync demo: starting a server: %s\n", oneLine(err))
 			return nil, cleanup, exitFail
 		}
+	}
+	fmt.Fprintf(stdout, "started an embedded 3-member etcd cluster on %s\n", strings.Join(cluster.Endpoints(), ", "))
+	etcdStages := []stage{
+		{title: "etcd, 3 members", url: cluster.URL()},
+		{title: "etcd, leader killed", url: cluster.URL(), prepare: func(ctx context.Context, b *dsync.Backend) error {
+			i, err := cluster.Leader(ctx)
+			if err != nil {
+				return err
+			}
+			cluster.Kill(i)
+			fmt.Fprintf(stdout, "killed the etcd leader, member %d on %s; the other two elect a new one\n", i, cluster.Endpoint(i))
+			return nil
+		}},
+	}
+	if noRedis != nil {
+		fmt.Fprintf(stdout, "redis-server is not installed, so the memory backend stands in for Redis\n(install it with: sudo apt-get install -y redis-server)\n")
+		return append([]stage{{title: "memory (in-process)", url: "memory://demo"}}, etcdStages...), cleanup, exitOK
 	}
 	single, masters := servers[0], servers[1:]
 	var addrs []string
 	for _, s := range masters {
 		addrs = append(addrs, s.Addr())
 	}
-	fmt.Fprintf(stdout, "started 6 redis-server processes for this demo (stopped on exit): %s for single Redis, %s for Redlock\n",
+	fmt.Fprintf(stdout, "started 6 redis-server processes: %s for single Redis, %s for Redlock\n",
 		single.Addr(), strings.Join(addrs, ", "))
 	redlockURL := fmt.Sprintf("redlock://%s/?max_ttl=%v", strings.Join(addrs, ","), demoMaxTTL)
-	return []stage{
+	return append([]stage{
 		{title: "single Redis", url: single.URL()},
 		{title: "Redlock, 5 masters", url: redlockURL, prepare: waitQuarantine(stdout)},
 		{title: "Redlock, 2 of 5 masters killed", url: redlockURL, prepare: func(ctx context.Context, b *dsync.Backend) error {
@@ -152,7 +179,7 @@ func defaultStages(ctx context.Context, stdout, stderr io.Writer) ([]stage, func
 			}
 			return nil
 		}},
-	}, cleanup, exitOK
+	}, etcdStages...), cleanup, exitOK
 }
 
 // waitQuarantine waits out the restart quarantine of freshly started

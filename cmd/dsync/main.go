@@ -24,6 +24,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/dsync-dev/dsync"
+	_ "github.com/dsync-dev/dsync/backends/etcd"
 	_ "github.com/dsync-dev/dsync/backends/memory"
 	_ "github.com/dsync-dev/dsync/backends/redis"
 	_ "github.com/dsync-dev/dsync/redlock"
@@ -55,7 +56,7 @@ type command struct {
 func commands() []command {
 	return []command{
 		{"lock", "run a command while holding a lock: dsync lock NAME [flags] -- CMD [ARGS...]", runLock},
-		{"demo", "contended locks on a backend it starts itself (or --url), with a timeline and a mutual-exclusion check", runDemo},
+		{"demo", "contended locks on single Redis, Redlock and etcd servers it starts itself (or --url), with a timeline and checks", runDemo},
 		{"url-help", "list the backend URL schemes and their options", runURLHelp},
 	}
 }

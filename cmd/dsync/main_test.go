@@ -29,15 +29,16 @@ func TestDemoOnMemory(t *testing.T) {
 	}
 }
 
-func TestDemoStartsItsOwnRedis(t *testing.T) {
+func TestDemoStartsItsOwnServers(t *testing.T) {
 	if _, err := redistest.Lookup(); err != nil {
 		t.Fatal(err) // the message says how to install redis-server
 	}
 	t.Setenv("DSYNC_URL", "")
 	code, out, errOut := runCLI(t, "demo", "--workers", "2", "--rounds", "2", "--work", "5ms")
-	if code != exitOK || !strings.Contains(out, "started 6 redis-server processes") || !strings.Contains(out, "stopped the redis-servers") ||
+	if code != exitOK || !strings.Contains(out, "started 6 redis-server processes") || !strings.Contains(out, "stopped the servers") ||
 		!strings.Contains(out, "backend: redis://127.0.0.1:") || !strings.Contains(out, "backend: redlock://127.0.0.1:") ||
-		!strings.Contains(out, "killed the master") || strings.Count(out, "OK: mutual exclusion held") != 3 ||
+		!strings.Contains(out, "backend: etcd://127.0.0.1:") || !strings.Contains(out, "killed the etcd leader") ||
+		!strings.Contains(out, "killed the master") || strings.Count(out, "OK: mutual exclusion held") != 5 ||
 		!strings.Contains(out, "== summary ==") || strings.Contains(out, "VIOLATION") {
 		t.Fatalf("demo exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
 	}

@@ -12,7 +12,7 @@
 // off unless Options.Logger is set.
 //
 // Test packages that stop members check for goroutine leaks with
-// VerifyTestMain, which gives etcd's peer connections time to close.
+// leakcheck.VerifyTestMain, which gives etcd's peer connections time to close.
 package etcdtest
 
 import (

@@ -8,9 +8,10 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/dsync-dev/dsync/internal/etcdtest"
+	"github.com/dsync-dev/dsync/internal/leakcheck"
 )
 
-func TestMain(m *testing.M) { etcdtest.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }
 
 func testCtx(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

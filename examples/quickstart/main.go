@@ -2,6 +2,8 @@
 //
 //	go run ./examples/quickstart                                 # memory backend
 //	DSYNC_URL=redis://127.0.0.1:6379 go run ./examples/quickstart
+//	DSYNC_URL=redlock://h1:6379,h2:6379,h3:6379 go run ./examples/quickstart
+//	DSYNC_URL=etcd://127.0.0.1:2379 go run ./examples/quickstart
 package main
 
 import (
@@ -12,9 +14,11 @@ import (
 	"time"
 
 	"github.com/dsync-dev/dsync"
+	_ "github.com/dsync-dev/dsync/backends/etcd"   // registers etcd:// and etcds://
 	_ "github.com/dsync-dev/dsync/backends/memory" // registers memory://
 	_ "github.com/dsync-dev/dsync/backends/redis"  // registers redis:// and rediss://
 	"github.com/dsync-dev/dsync/locker"
+	_ "github.com/dsync-dev/dsync/redlock" // registers redlock://
 )
 
 func main() {

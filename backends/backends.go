@@ -127,6 +127,14 @@ type Capabilities struct {
 	MaxTTL time.Duration
 }
 
+// TTLChecker is implemented by drivers whose acceptable TTLs depend on
+// their configuration beyond Capabilities (Redlock: two rounds of the
+// per-node timeout must fit in the TTL). The portable types call it at
+// construction, so that a bad TTL is an error there, before any I/O.
+type TTLChecker interface {
+	CheckTTL(ttl time.Duration) error
+}
+
 // Notifier is implemented by drivers that can tell waiters that a key was
 // just released, so they retry at once instead of sleeping out their backoff
 // (Redis pub/sub, etcd watch, memory). It is only a hint: a waiter still

@@ -117,6 +117,11 @@ func Config(b *dsync.Backend, key string, limit int, opts *Options) (*lease.Conf
 	if err := backends.CheckTTL(o.TTL, caps); err != nil {
 		return nil, nil, false, err
 	}
+	if c, ok := b.Driver().(backends.TTLChecker); ok {
+		if err := c.CheckTTL(o.TTL); err != nil {
+			return nil, nil, false, err
+		}
+	}
 	o.DriftFactor = max(orDefault(o.DriftFactor, DefaultDriftFactor), 0)
 	o.DriftMin = max(orDefault(o.DriftMin, DefaultDriftMin), 0)
 	o.AttemptTimeout = orDefault(o.AttemptTimeout, o.TTL/3)

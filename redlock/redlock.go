@@ -218,6 +218,16 @@ func (d *Driver) Nodes() []string {
 	return out
 }
 
+// CheckTTL implements backends.TTLChecker: the TTL must fit two rounds of
+// the per-node timeout, and not exceed MaxTTL.
+func (d *Driver) CheckTTL(ttl time.Duration) error {
+	if err := backends.CheckTTL(ttl, d.caps); err != nil {
+		return err
+	}
+	_, err := d.timeoutFor(ttl)
+	return err
+}
+
 // timeoutFor returns the per-node timeout for a TTL, or an *InvalidError if
 // the TTL cannot fit two rounds of it.
 func (d *Driver) timeoutFor(ttl time.Duration) (time.Duration, error) {

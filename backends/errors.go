@@ -88,3 +88,13 @@ func CheckTTL(ttl time.Duration, caps Capabilities) error {
 	}
 	return nil
 }
+
+// MarkClosed returns err marked with ErrClosed as well when closed is true
+// (a call that failed because its driver was closed meanwhile), keeping the
+// client's error visible to errors.Is; otherwise err as it is.
+func MarkClosed(closed bool, err error) error {
+	if closed && err != nil && !errors.Is(err, ErrClosed) {
+		return fmt.Errorf("%w: %w", ErrClosed, err)
+	}
+	return err
+}

@@ -67,3 +67,7 @@ func TestConformance(t *testing.T) {
 		ShortTTL:   300 * time.Millisecond,
 	})
 }
+
+func TestSchemeRegistered(t *testing.T) {
+	backendtest.CheckScheme(t, "redlock", "addr", "max_ttl", "node_timeout", "quarantine", "prefix", "tls")
+}

@@ -18,7 +18,7 @@ func init() {
 		Summary: "Redlock over N independent Redis masters: quorum N/2+1, restart quarantine, fencing tokens",
 		Example: "redlock://:password@r1:6379,r2:6379,r3:6379/0?ttl=10s",
 		Options: []dsync.OptionDoc{
-			{Name: "addr", Doc: "another node, host:port (repeatable; use it for IPv6 as addr=[::1]:6379)", Repeatable: true},
+			{Name: "addr", Default: "none", Doc: "another node, host:port (repeatable; use it for IPv6 as addr=[::1]:6379)", Repeatable: true},
 			{Name: "prefix", Default: "dsync:", Doc: "prefix of every Redis key and channel; no { or }"},
 			{Name: "node_timeout", Default: "3% of the TTL, 50ms..1s", Doc: "per-node timeout of each fan-out"},
 			{Name: "max_ttl", Default: DefaultMaxTTL.String(), Doc: "largest TTL of any client; length of the restart quarantine"},
@@ -93,18 +93,10 @@ func openURL(ctx context.Context, u *url.URL) (backends.Driver, error) {
 		nu := url.URL{Scheme: scheme, User: u.User, Host: h, Path: u.Path, RawQuery: nodeQuery.Encode()}
 		no, perr := goredis.ParseURL(nu.String())
 		if perr != nil {
-			return nil, backends.Invalid("url", "node %q: %s", h, redactPassword(perr.Error(), u))
+			// dsync.Open scrubs the URL's password from any error it returns.
+			return nil, backends.Invalid("url", "node %q: %s", h, perr)
 		}
 		nodes = append(nodes, no)
 	}
 	return New(ctx, nodes, &o)
-}
-
-func redactPassword(msg string, u *url.URL) string {
-	if u.User != nil {
-		if p, ok := u.User.Password(); ok && p != "" {
-			msg = strings.ReplaceAll(msg, p, "xxxxx")
-		}
-	}
-	return msg
 }

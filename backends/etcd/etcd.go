@@ -510,14 +510,8 @@ func (d *Driver) Holder(ctx context.Context, key string) (backends.HolderInfo, e
 	return info, nil
 }
 
-// wrap marks an error caused by a concurrent Close as ErrClosed as well,
-// keeping the client's error visible to errors.Is.
-func (d *Driver) wrap(err error) error {
-	if d.closed.Load() && !errors.Is(err, backends.ErrClosed) {
-		return fmt.Errorf("%w: %w", backends.ErrClosed, err)
-	}
-	return err
-}
+// wrap marks an error caused by a concurrent Close as ErrClosed as well.
+func (d *Driver) wrap(err error) error { return backends.MarkClosed(d.closed.Load(), err) }
 
 // Close stops release watches and the lease renewal stream (awaiting their
 // goroutines) and closes the

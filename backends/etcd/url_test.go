@@ -10,33 +10,14 @@ import (
 
 	"github.com/dsync-dev/dsync"
 	"github.com/dsync-dev/dsync/backends"
+	"github.com/dsync-dev/dsync/backends/backendtest"
 	"github.com/dsync-dev/dsync/backends/etcd"
 	"github.com/dsync-dev/dsync/internal/etcdtest"
 )
 
 func TestSchemesRegistered(t *testing.T) {
-	got := map[string]dsync.Scheme{}
-	for _, s := range dsync.Schemes() {
-		got[s.Name] = s
-	}
 	for _, name := range []string{"etcd", "etcds"} {
-		s, ok := got[name]
-		if !ok {
-			t.Errorf("scheme %s not registered", name)
-			continue
-		}
-		has := map[string]bool{}
-		for _, o := range s.Options {
-			if o.Default == "" || o.Doc == "" {
-				t.Errorf("%s option %s lacks a default or a doc", name, o.Name)
-			}
-			has[o.Name] = true
-		}
-		for _, o := range []string{"dial_timeout", "keepalive_time", "keepalive_timeout"} {
-			if !has[o] {
-				t.Errorf("%s does not list option %s", name, o)
-			}
-		}
+		has := backendtest.CheckScheme(t, name, "dial_timeout", "keepalive_time", "keepalive_timeout")
 		for _, o := range []string{"ca_file", "cert_file", "key_file", "skip_verify"} {
 			if has[o] != (name == "etcds") {
 				t.Errorf("%s lists %s = %v, want it for etcds only", name, o, has[o])

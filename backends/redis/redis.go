@@ -197,18 +197,25 @@ func (d *Driver) acquire(ctx context.Context, req backends.Request, script *gore
 	return g, nil
 }
 
+// tokenHold checks a call on the hold of key owned by token, before any I/O,
+// and returns the hold's Redis key.
+func (d *Driver) tokenHold(key, token string) (string, error) {
+	if d.closed.Load() {
+		return "", backends.ErrClosed
+	}
+	hold, err := d.holdKey(key)
+	if err != nil {
+		return "", err
+	}
+	return hold, checkToken(token)
+}
+
 // Refresh resets the TTL of the hold owned by token with a compare-and-
 // PEXPIRE. It never re-creates an expired hold: that, or a hold owned by
 // another token, is ErrNotHeld.
 func (d *Driver) Refresh(ctx context.Context, key, token string, ttl time.Duration) error {
-	if d.closed.Load() {
-		return backends.ErrClosed
-	}
-	hold, err := d.holdKey(key)
+	hold, err := d.tokenHold(key, token)
 	if err != nil {
-		return err
-	}
-	if err := checkToken(token); err != nil {
 		return err
 	}
 	if err := backends.CheckTTL(ttl, capabilities); err != nil {
@@ -235,14 +242,8 @@ func (d *Driver) Release(ctx context.Context, key, token string) error {
 var publish, silent any = "1", "0"
 
 func (d *Driver) release(ctx context.Context, key, token string, notify any) error {
-	if d.closed.Load() {
-		return backends.ErrClosed
-	}
-	hold, err := d.holdKey(key)
+	hold, err := d.tokenHold(key, token)
 	if err != nil {
-		return err
-	}
-	if err := checkToken(token); err != nil {
 		return err
 	}
 	n, err := releaseScript.Run(ctx, d.client, []string{hold}, token, notify).Int64()
@@ -291,14 +292,8 @@ func (d *Driver) Holder(ctx context.Context, key string) (backends.HolderInfo, e
 	return info, nil
 }
 
-// wrap marks an error caused by a concurrent Close as ErrClosed as well,
-// keeping the client's error visible to errors.Is.
-func (d *Driver) wrap(err error) error {
-	if d.closed.Load() {
-		return fmt.Errorf("%w: %w", backends.ErrClosed, err)
-	}
-	return err
-}
+// wrap marks an error caused by a concurrent Close as ErrClosed as well.
+func (d *Driver) wrap(err error) error { return backends.MarkClosed(d.closed.Load(), err) }
 
 // Close stops release notices (closing the shared pub/sub connection and
 // awaiting its goroutine) and closes the client if the driver created it

@@ -11,32 +11,13 @@ import (
 
 	"github.com/dsync-dev/dsync"
 	"github.com/dsync-dev/dsync/backends"
+	"github.com/dsync-dev/dsync/backends/backendtest"
 	"github.com/dsync-dev/dsync/internal/redistest"
 )
 
 func TestSchemesRegistered(t *testing.T) {
-	got := map[string]dsync.Scheme{}
-	for _, s := range dsync.Schemes() {
-		got[s.Name] = s
-	}
 	for _, name := range []string{"redis", "rediss"} {
-		s, ok := got[name]
-		if !ok {
-			t.Errorf("scheme %s not registered", name)
-			continue
-		}
-		has := map[string]bool{}
-		for _, o := range s.Options {
-			if o.Default == "" || o.Doc == "" {
-				t.Errorf("%s option %s lacks a default or a doc", name, o.Name)
-			}
-			has[o.Name] = true
-		}
-		for _, o := range []string{"prefix", "db", "dial_timeout", "read_timeout", "write_timeout", "pool_size"} {
-			if !has[o] {
-				t.Errorf("%s does not list option %s", name, o)
-			}
-		}
+		has := backendtest.CheckScheme(t, name, "prefix", "db", "dial_timeout", "read_timeout", "write_timeout", "pool_size")
 		if has["skip_verify"] != (name == "rediss") {
 			t.Errorf("%s lists skip_verify = %v, want it for rediss only", name, has["skip_verify"])
 		}

@@ -172,3 +172,52 @@ func TestURLDefaultsApply(t *testing.T) {
 		t.Fatalf("TTL = %v, want the option's 1s over the URL's", l.TTL())
 	}
 }
+
+// A waiter whose context ends while it queues behind another waiter of the
+// same process leaves the line at once, with the contract's error, and the
+// line keeps moving for those behind it.
+func TestCancelledWaiterLeavesTheLine(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		l, _ := locker.New(newBackend(t), "k", &locker.Options{TTL: 10 * time.Second})
+		holder, err := l.TryAcquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan dsync.Lease, 2)
+		acquire := func() {
+			ls, err := l.Acquire(ctx)
+			if err != nil {
+				t.Errorf("Acquire: %v", err)
+				return
+			}
+			got <- ls
+		}
+		go acquire() // first in line: polls the backend
+		synctest.Wait()
+
+		short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		if _, err := l.Acquire(short); !errors.Is(err, dsync.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("queued Acquire past its deadline: %v, want ErrNotAcquired and DeadlineExceeded", err)
+		}
+		if waited := time.Since(start); waited != 100*time.Millisecond {
+			t.Fatalf("queued Acquire returned after %v, want at its 100ms deadline", waited)
+		}
+
+		go acquire() // behind the one that gave up
+		synctest.Wait()
+		if err := holder.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		first := <-got
+		if err := first.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		second := <-got // the line did not stall on the waiter that left
+		if err := second.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+}

@@ -32,13 +32,14 @@ type Driver interface {
 	Acquire(ctx context.Context, req Request) (Grant, error)
 
 	// Refresh resets the time to live of the hold identified by key and token
-	// to ttl, measured from the moment the server applies it. It never
+	// to ttl (key is the Grant's Key when the driver set one, else the
+	// Request's), measured from the moment the server applies it. It never
 	// re-creates a hold that has expired: it returns ErrNotHeld when the hold
 	// is gone or belongs to another token.
 	Refresh(ctx context.Context, key, token string, ttl time.Duration) error
 
 	// Release removes the hold identified by key and token, and only that
-	// hold. It returns ErrNotHeld when the hold has expired or belongs to
+	// hold (key as for Refresh). It returns ErrNotHeld when the hold has expired or belongs to
 	// another token; a newer hold on the same key is never touched.
 	Release(ctx context.Context, key, token string) error
 
@@ -72,7 +73,9 @@ type Request struct {
 	TTL time.Duration
 	// Limit is the number of concurrent holders the key admits: 1 for a
 	// lock, the size for a semaphore. Zero means 1. Must not exceed
-	// Capabilities.MaxLimit.
+	// Capabilities.MaxLimit. A key has one limit at a time: a request whose
+	// limit differs from that of the key's live holds fails with the error
+	// of LimitMismatch (a semaphore of size 1 is the lock of the same key).
 	Limit int
 	// Fence asks for a fencing token. A driver without fencing ignores it;
 	// a driver with fencing may skip the work of drawing one when false.
@@ -93,6 +96,13 @@ type Grant struct {
 	// Voters lists the nodes that granted the hold, by index, for drivers
 	// that spread a hold over several servers (Redlock); nil otherwise.
 	Voters []int
+	// Key, when not empty, is the key the hold lives under on the driver
+	// (Redlock: one slot lock of a semaphore); the layer above passes it to
+	// Refresh and Release instead of Request.Key. After an Acquire that
+	// failed with an unknown outcome, the caller still releases
+	// Request.Key: a driver that sets Key must remove what such an attempt
+	// may have left before it returns the error.
+	Key string
 }
 
 // HolderInfo describes the current holder of a key.

@@ -46,6 +46,13 @@ func Invalid(field, format string, args ...any) error {
 	return &InvalidError{Field: field, Reason: fmt.Sprintf(format, args...)}
 }
 
+// LimitMismatch is the error of an Acquire whose limit differs from the
+// limit of the key's live holds: two configurations of one semaphore
+// disagree on its size. It matches ErrInvalid; it is never retried.
+func LimitMismatch(key string, limit, holders int) error {
+	return Invalid("limit", "%d disagrees with the limit %d of the current holders of %q", limit, holders, key)
+}
+
 // CheckRequest validates req against caps. Drivers call it first so that
 // every backend rejects the same bad input with the same error, before any
 // I/O.

@@ -89,7 +89,7 @@ func (d *Driver) Acquire(ctx context.Context, req backends.Request) (backends.Gr
 	s.maybeSweep(now)
 	e := s.entry(req.Key, now)
 	if len(e.holds) > 0 && e.limit != limit {
-		return backends.Grant{}, backends.Invalid("limit", "%d does not match the limit %d of the key's current holders", limit, e.limit)
+		return backends.Grant{}, backends.LimitMismatch(req.Key, limit, e.limit)
 	}
 	if len(e.holds) >= limit {
 		return backends.Grant{}, backends.ErrNotAcquired

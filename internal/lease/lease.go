@@ -5,6 +5,7 @@
 package lease
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -63,6 +64,7 @@ func NewToken() string {
 type Lease struct {
 	cfg      *Config
 	key      string
+	holdKey  string // the key of the hold on the driver: Grant.Key, else key
 	token    string
 	fence    uint64
 	ttl      time.Duration // granted by the server
@@ -90,7 +92,7 @@ var _ dsync.Lease = (*Lease)(nil)
 
 func newLease(cfg *Config, key, token string, g backends.Grant, start time.Time, expires time.Time) *Lease {
 	l := &Lease{
-		cfg: cfg, key: key, token: token, fence: g.Fence, ttl: g.TTL, acquired: start, voters: g.Voters,
+		cfg: cfg, key: key, holdKey: cmp.Or(g.Key, key), token: token, fence: g.Fence, ttl: g.TTL, acquired: start, voters: g.Voters,
 		expires: expires, done: make(chan struct{}),
 	}
 	l.mu.Lock() // onTimer may run before AfterFunc returns
@@ -203,7 +205,7 @@ func (l *Lease) Extend(ctx context.Context) error {
 	}
 	l.mu.Unlock()
 
-	err := l.cfg.Driver.Refresh(ctx, l.key, l.token, l.ttl)
+	err := l.cfg.Driver.Refresh(ctx, l.holdKey, l.token, l.ttl)
 
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -290,7 +292,7 @@ func (l *Lease) Release(ctx context.Context) error {
 	l.mu.Unlock()
 	l.autoWG.Wait()
 
-	err := release(ctx, l.cfg, l.key, l.token)
+	err := release(ctx, l.cfg, l.holdKey, l.token)
 	if lost != nil {
 		// The lease was lost before; the hold may still have been there.
 		return fmt.Errorf("%w: %w", dsync.ErrNotHeld, lost)

@@ -50,7 +50,7 @@ func Invalid(field, format string, args ...any) error {
 // limit of the key's live holds: two configurations of one semaphore
 // disagree on its size. It matches ErrInvalid; it is never retried.
 func LimitMismatch(key string, limit, holders int) error {
-	return Invalid("limit", "%d disagrees with the limit %d of the current holders of %q", limit, holders, key)
+	return Invalid("size", "%d disagrees with the size %d of the current holders of %q (a lock has size 1)", limit, holders, key)
 }
 
 // CheckRequest validates req against caps. Drivers call it first so that

@@ -66,6 +66,8 @@ func Run(t *testing.T, h Harness) {
 	} {
 		t.Run(tc.name, tc.fn)
 	}
+	t.Run("Semaphore", s.runSemaphores)
+	t.Run("Election", s.runElections)
 }
 
 type suite struct {

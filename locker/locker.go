@@ -108,6 +108,15 @@ func Config(b *dsync.Backend, key string, limit int, opts *Options) (*lease.Conf
 	}
 	d := b.Defaults()
 	caps := b.Driver().Capabilities()
+	if limit <= 0 {
+		return nil, nil, false, backends.Invalid("size", "%d is not positive", limit)
+	}
+	if limit > max(caps.MaxLimit, 1) {
+		if caps.MaxLimit <= 1 {
+			return nil, nil, false, fmt.Errorf("%w: the %s backend offers locks only (size %d asked)", backends.ErrUnsupported, caps.Name, limit)
+		}
+		return nil, nil, false, backends.Invalid("size", "%d exceeds the %s backend's maximum of %d", limit, caps.Name, caps.MaxLimit)
+	}
 	if o.TTL == 0 {
 		o.TTL = d.TTL
 	}
@@ -196,7 +205,7 @@ func (l *Locker) Acquire(ctx context.Context) (dsync.Lease, error) {
 func (l *Locker) TryAcquire(ctx context.Context) (dsync.Lease, error) {
 	ls, err := lease.Attempt(ctx, l.cfg, l.key)
 	if err == dsync.ErrNotAcquired { // the bare sentinel: plain contention
-		err = fmt.Errorf("%w: %q is held by another owner", err, l.key)
+		err = fmt.Errorf("%w: %s", err, lease.Taken(l.cfg, l.key))
 	}
 	return l.started(ls, err)
 }

@@ -32,6 +32,12 @@ type Harness struct {
 	// be at least the backend's minimum (etcd: 2s) and long enough for a
 	// few round trips under the race detector.
 	ShortTTL time.Duration
+	// URL opens the same service with dsync.Open in another process, for
+	// the checks whose clients are worker processes (killed, paused,
+	// contending across processes; see Main). Empty for a backend that
+	// lives in one process (memory): those checks are then logged as not
+	// applying.
+	URL string
 }
 
 // Run runs the conformance suite.

@@ -20,5 +20,6 @@ func TestConformance(t *testing.T) {
 			return b
 		},
 		ShortTTL: c.MinLeaseTTL(),
+		URL:      c.URL(),
 	})
 }

@@ -3,7 +3,7 @@ package etcd_test
 import (
 	"testing"
 
-	"github.com/dsync-dev/dsync/internal/leakcheck"
+	"github.com/dsync-dev/dsync/backends/backendtest"
 )
 
-func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }
+func TestMain(m *testing.M) { backendtest.Main(m) }

@@ -21,5 +21,6 @@ func TestConformance(t *testing.T) {
 			return b
 		},
 		ShortTTL: 200 * time.Millisecond,
+		URL:      srv.URL(),
 	})
 }

@@ -12,14 +12,12 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/dsync-dev/dsync/backends"
+	"github.com/dsync-dev/dsync/backends/backendtest"
 	"github.com/dsync-dev/dsync/backends/redis"
-	"github.com/dsync-dev/dsync/internal/leakcheck"
 	"github.com/dsync-dev/dsync/internal/redistest"
 )
 
-func TestMain(m *testing.M) {
-	leakcheck.VerifyTestMain(m)
-}
+func TestMain(m *testing.M) { backendtest.Main(m) }
 
 // newDriver returns a driver over a fresh client of srv; both are closed
 // when the test ends (the driver first).

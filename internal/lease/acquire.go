@@ -51,7 +51,7 @@ func final(err error) bool {
 func Acquire(ctx context.Context, cfg *Config, key string, policy retry.Policy) (*Lease, error) {
 	done, err := waitTurn(ctx, cfg.Driver, key)
 	if err != nil {
-		return nil, gaveUp(key, err, errors.New("waiting behind other waiters of this process"))
+		return nil, gaveUp(cfg, key, err, errors.New("waiting behind other waiters of this process"))
 	}
 	defer done()
 	var wake <-chan struct{}
@@ -73,14 +73,14 @@ func Acquire(ctx context.Context, cfg *Config, key string, policy retry.Policy) 
 			return nil, err
 		}
 		if ctx.Err() != nil {
-			return nil, gaveUp(key, ctx.Err(), err)
+			return nil, gaveUp(cfg, key, ctx.Err(), err)
 		}
 		d, ok := b.Next()
 		if !ok {
-			return nil, gaveUp(key, errors.New("the retry policy gave up"), err)
+			return nil, gaveUp(cfg, key, errors.New("the retry policy gave up"), err)
 		}
 		if werr := retry.Wait(ctx, d, wake); werr != nil {
-			return nil, gaveUp(key, werr, err)
+			return nil, gaveUp(cfg, key, werr, err)
 		}
 	}
 }
@@ -88,9 +88,18 @@ func Acquire(ctx context.Context, cfg *Config, key string, policy retry.Policy) 
 // gaveUp builds the error of an Acquire that stopped trying: it matches
 // dsync.ErrNotAcquired, cause (ctx's error, typically) and the last
 // attempt's error, whose detail (a lost quorum, a network error) it keeps.
-func gaveUp(key string, cause, last error) error {
+func gaveUp(cfg *Config, key string, cause, last error) error {
 	if last == dsync.ErrNotAcquired { // the bare sentinel: plain contention
-		return fmt.Errorf("%w: %q is held by another owner: %w", dsync.ErrNotAcquired, key, cause)
+		return fmt.Errorf("%w: %s: %w", dsync.ErrNotAcquired, Taken(cfg, key), cause)
 	}
 	return fmt.Errorf("%w: %q: %w (last attempt: %w)", dsync.ErrNotAcquired, key, cause, last)
+}
+
+// Taken describes plain contention on key for messages: a lock held by
+// another owner, or a semaphore with every permit taken.
+func Taken(cfg *Config, key string) string {
+	if cfg.Limit > 1 {
+		return fmt.Sprintf("all %d permits of %q are taken", cfg.Limit, key)
+	}
+	return fmt.Sprintf("%q is held by another owner", key)
 }

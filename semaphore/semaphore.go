@@ -1,0 +1,118 @@
+// Package semaphore implements dsync.Semaphore once, over any backend's
+// driver: at most Size holders of a name's permits at once, across every
+// process that uses the name. Each permit is a lease of its own, with the
+// same machinery as a lock's (package locker): validity with a clock-drift
+// allowance, fencing tokens, bounded extension and auto-extension, loss
+// detection, release. A holder that crashes gives its permit back when the
+// permit's TTL runs out.
+//
+// How each backend keeps the bound (see the README's guarantees table):
+// single Redis keeps the holders in a sorted set scored by expiry on the
+// server's clock; etcd keeps one key per holder, each on its own lease, and
+// the holders are the first Size keys by create revision; Redlock builds
+// the semaphore from Size independent slot locks, each one a Redlock lock
+// (a majority vote over per-node sets would not be safe above size 1);
+// memory counts holders in process.
+package semaphore
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/dsync-dev/dsync"
+	"github.com/dsync-dev/dsync/backends"
+	"github.com/dsync-dev/dsync/internal/lease"
+	"github.com/dsync-dev/dsync/locker"
+	"github.com/dsync-dev/dsync/retry"
+)
+
+// Options configure a Semaphore: the same options, with the same defaults
+// and checks, as a Locker's (TTL, retry policy, drift, attempt and release
+// timeouts, fencing, auto-extension and its bounds). Value is stored with
+// each permit. A nil *Options means defaults.
+type Options = locker.Options
+
+// Semaphore hands out permits of one name on one backend. It is safe for
+// concurrent use; every permit is independent.
+type Semaphore struct {
+	name   string
+	size   int
+	cfg    *lease.Config
+	policy retry.Policy
+	auto   bool
+}
+
+var _ dsync.Semaphore = (*Semaphore)(nil)
+
+// New returns a semaphore of size permits named name on b. It makes no I/O:
+// an empty name, a size <= 0 or above what the backend supports, or bad
+// options are errors here (*dsync.InvalidError, or dsync.ErrUnsupported for
+// a backend that offers locks only).
+//
+// Every user of a name must agree on its size. A disagreement shows at the
+// first acquisition attempt that meets holders of the other size (the
+// earliest moment the backend is asked): that attempt fails with an
+// *dsync.InvalidError naming both sizes, and Acquire does not retry it. A
+// semaphore of size 1 is the lock of the same name.
+func New(b *dsync.Backend, name string, size int, opts *Options) (*Semaphore, error) {
+	cfg, policy, auto, err := locker.Config(b, name, size, opts)
+	if err != nil {
+		return nil, err
+	}
+	return &Semaphore{name: name, size: size, cfg: cfg, policy: policy, auto: auto}, nil
+}
+
+// Name is the semaphore's name.
+func (s *Semaphore) Name() string { return s.name }
+
+// Size implements dsync.Semaphore.
+func (s *Semaphore) Size() int { return s.size }
+
+// Acquire implements dsync.Semaphore: it blocks until a permit is free or
+// ctx ends, retrying with jittered backoff and waking early when the
+// backend reports a release. Waiters of one process are served first come,
+// first served. On failure nothing is left held and the error matches
+// dsync.ErrNotAcquired, and ctx's error when ctx ended.
+func (s *Semaphore) Acquire(ctx context.Context) (dsync.Permit, error) {
+	ls, err := lease.Acquire(ctx, s.cfg, s.name, s.policy)
+	return s.started(ls, err)
+}
+
+// TryAcquire implements dsync.Semaphore: one attempt, bounded by the
+// attempt timeout. When every permit is taken the error matches
+// dsync.ErrNotAcquired.
+func (s *Semaphore) TryAcquire(ctx context.Context) (dsync.Permit, error) {
+	ls, err := lease.Attempt(ctx, s.cfg, s.name)
+	if err == dsync.ErrNotAcquired { // the bare sentinel: plain contention
+		err = fmt.Errorf("%w: %s", err, lease.Taken(s.cfg, s.name))
+	}
+	return s.started(ls, err)
+}
+
+func (s *Semaphore) started(ls *lease.Lease, err error) (dsync.Permit, error) {
+	if err != nil {
+		return nil, err
+	}
+	if s.auto {
+		ls.AutoExtend()
+	}
+	return ls, nil
+}
+
+// Do acquires a permit of s (blocking), runs fn while auto-extending it, and
+// releases it when fn returns, with the same contract as dsync.Do: fn's
+// context is cancelled the moment the permit is lost, and Do then returns
+// an error matching dsync.ErrLeaseLost.
+func Do(ctx context.Context, s dsync.Semaphore, fn func(ctx context.Context) error) error {
+	if s == nil {
+		return backends.Invalid("semaphore", "nil")
+	}
+	if fn == nil {
+		return backends.Invalid("fn", "nil")
+	}
+	p, err := s.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	return dsync.RunLeased(ctx, p, fn)
+}

@@ -2,6 +2,7 @@
 // dsync backends.
 //
 //	dsync lock NAME [--url URL] [--try | --timeout D] [--ttl D] -- CMD [ARGS...]
+//	dsync sem NAME --size N [--url URL] [--try | --timeout D] [--ttl D] -- CMD [ARGS...]
 //	dsync demo [--url URL] [--workers N] [--rounds N]
 //	dsync url-help
 //
@@ -56,6 +57,7 @@ type command struct {
 func commands() []command {
 	return []command{
 		{"lock", "run a command while holding a lock: dsync lock NAME [flags] -- CMD [ARGS...]", runLock},
+		{"sem", "run a command while holding a semaphore permit: dsync sem NAME --size N [flags] -- CMD [ARGS...]", runSem},
 		{"demo", "contended locks on single Redis, Redlock and etcd servers it starts itself (or --url), with a timeline and checks", runDemo},
 		{"url-help", "list the backend URL schemes and their options", runURLHelp},
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -16,6 +17,7 @@ import (
 	"github.com/dsync-dev/dsync/internal/redistest"
 	"github.com/dsync-dev/dsync/locker"
 	"github.com/dsync-dev/dsync/redlock"
+	"github.com/dsync-dev/dsync/semaphore"
 )
 
 // demoTTL is the lease TTL of every demo stage; the Redlock stages use a
@@ -29,6 +31,7 @@ type demoConfig struct {
 	key            string
 	workers, round int
 	work           time.Duration
+	size           int // permits of the semaphore part
 }
 
 // stage is one backend the demo runs the contention on.
@@ -46,12 +49,13 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&cfg.workers, "workers", 4, "number of contending workers")
 	fs.IntVar(&cfg.round, "rounds", 5, "acquisitions per worker")
 	fs.DurationVar(&cfg.work, "work", 40*time.Millisecond, "time spent holding the lock each round")
-	fs.StringVar(&cfg.key, "key", "demo/report", "lock name")
+	fs.StringVar(&cfg.key, "key", "demo/report", "lock name (the semaphore is NAME-pool)")
+	fs.IntVar(&cfg.size, "size", 2, "permits of the semaphore the workers share in the second part")
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
-	if cfg.workers < 1 || cfg.round < 1 || cfg.work < 0 {
-		fmt.Fprintln(stderr, "dsync demo: --workers and --rounds must be at least 1, --work not negative")
+	if cfg.workers < 1 || cfg.round < 1 || cfg.work < 0 || cfg.size < 1 {
+		fmt.Fprintln(stderr, "dsync demo: --workers, --rounds and --size must be at least 1, --work not negative")
 		return exitUsage
 	}
 
@@ -85,19 +89,18 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 				return exitFail
 			}
 		}
-		fmt.Fprintf(stdout, "backend: %s\n%d workers contend for the lock %q, %d rounds each, holding it %v per round (ttl %v)\n\n",
-			b, cfg.workers, cfg.key, cfg.round, cfg.work, demoTTL)
-		res, err := contend(ctx, b, cfg, stdout)
+		fmt.Fprintf(stdout, "backend: %s\n", b)
+		stageRows, err := demoStage(ctx, b, st.title, cfg, stdout)
 		b.Close()
 		if err != nil {
 			fmt.Fprintf(stderr, "dsync demo: %s: %s\n", st.title, oneLine(err))
 			return exitFail
 		}
-		row := res.check(st.title, cfg.workers)
-		row.print(stdout)
-		rows = append(rows, row)
-		if !row.ok() {
-			status = exitFail
+		for _, row := range stageRows {
+			rows = append(rows, row)
+			if !row.ok() {
+				status = exitFail
+			}
 		}
 	}
 	printSummary(stdout, rows)
@@ -220,12 +223,41 @@ type demoResult struct {
 	violations []string
 }
 
-// contend runs the workers and records every hold on one clock.
-func contend(ctx context.Context, b *dsync.Backend, cfg demoConfig, out io.Writer) (*demoResult, error) {
+// demoStage runs the parts of the demo on one backend: workers contending
+// for a lock, then for the permits of a semaphore.
+func demoStage(ctx context.Context, b *dsync.Backend, title string, cfg demoConfig, out io.Writer) ([]summaryRow, error) {
+	var rows []summaryRow
 	l, err := locker.New(b, cfg.key, &locker.Options{TTL: demoTTL})
 	if err != nil {
 		return nil, err
 	}
+	fmt.Fprintf(out, "\n-- lock: %d workers contend for the lock %q, %d rounds each, holding it %v per round (ttl %v)\n\n",
+		cfg.workers, cfg.key, cfg.round, cfg.work, demoTTL)
+	res, err := contend(ctx, l, "lock", cfg, out)
+	if err != nil {
+		return nil, err
+	}
+	rows = append(rows, res.check(title+" / lock", cfg.workers, 1))
+	rows[len(rows)-1].print(out)
+
+	pool := cfg.key + "-pool"
+	s, err := semaphore.New(b, pool, cfg.size, &semaphore.Options{TTL: demoTTL})
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(out, "\n-- semaphore: %d workers share the %d permits of %q, %d rounds each, holding one %v per round\n\n",
+		cfg.workers, cfg.size, pool, cfg.round, cfg.work)
+	res, err = contend(ctx, semAcquirer{s}, "permit", cfg, out)
+	if err != nil {
+		return nil, err
+	}
+	rows = append(rows, res.check(fmt.Sprintf("%s / semaphore(%d)", title, cfg.size), cfg.workers, cfg.size))
+	rows[len(rows)-1].print(out)
+	return rows, nil
+}
+
+// contend runs the workers and records every hold on one clock.
+func contend(ctx context.Context, l acquirer, what string, cfg demoConfig, out io.Writer) (*demoResult, error) {
 	var (
 		start    = time.Now()
 		inside   atomic.Int32
@@ -258,7 +290,7 @@ func contend(ctx context.Context, b *dsync.Backend, cfg demoConfig, out io.Write
 				n := inside.Add(1)
 				mu.Lock()
 				res.maxInside = max(res.maxInside, n)
-				logf("worker-%d  acquired  token %-4d (waited %v)", w, h.token, h.waited.Round(time.Millisecond))
+				logf("worker-%d  acquired %s  token %-4d (waited %v, %d held)", w, what, h.token, h.waited.Round(time.Millisecond), n)
 				mu.Unlock()
 
 				select {
@@ -292,11 +324,12 @@ func contend(ctx context.Context, b *dsync.Backend, cfg demoConfig, out io.Write
 	return res, nil
 }
 
-// summaryRow is one stage's outcome.
+// summaryRow is the outcome of one part of a stage.
 type summaryRow struct {
 	title               string
+	capacity            int // holders allowed at once: 1 for a lock
 	acquisitions        int
-	maxInside           int32
+	maxInside           int
 	overlaps, badTokens int
 	maxWait             time.Duration
 	perWorker           []int
@@ -304,25 +337,31 @@ type summaryRow struct {
 }
 
 func (r summaryRow) ok() bool {
-	return len(r.violations) == 0 && r.maxInside <= 1
+	return len(r.violations) == 0 && r.maxInside <= r.capacity
 }
 
-// check looks for overlapping holds and tokens that failed to grow, on the
-// one clock every hold was recorded with.
-func (r *demoResult) check(title string, workers int) summaryRow {
+// check replays the holds on the one clock they were recorded with: more
+// than capacity at once is a violation, and so, for a lock, is a fencing
+// token that failed to grow from one holder to the next.
+func (r *demoResult) check(title string, workers, capacity int) summaryRow {
 	holds := append([]hold(nil), r.holds...)
 	sort.Slice(holds, func(i, j int) bool { return holds[i].acquired < holds[j].acquired })
-	row := summaryRow{title: title, acquisitions: len(holds), maxInside: r.maxInside, violations: r.violations, perWorker: make([]int, workers)}
-	for i := 1; i < len(holds); i++ {
-		if holds[i].acquired < holds[i-1].released {
+	row := summaryRow{title: title, capacity: capacity, acquisitions: len(holds), maxInside: int(r.maxInside),
+		violations: r.violations, perWorker: make([]int, workers)}
+	var held []hold // holds live at the current acquisition, on the demo's clock
+	for i, h := range holds {
+		held = slices.DeleteFunc(held, func(o hold) bool { return o.released <= h.acquired })
+		held = append(held, h)
+		if len(held) > capacity {
 			row.overlaps++
-			row.violations = append(row.violations, fmt.Sprintf("worker-%d acquired at %v while worker-%d held until %v",
-				holds[i].worker, holds[i].acquired, holds[i-1].worker, holds[i-1].released))
+			row.violations = append(row.violations, fmt.Sprintf("worker-%d acquired at %v while %d others held (capacity %d)",
+				h.worker, h.acquired, len(held)-1, capacity))
 		}
-		if holds[i].token != 0 && holds[i].token <= holds[i-1].token {
+		if capacity == 1 && i > 0 && h.token != 0 && h.token <= holds[i-1].token {
 			row.badTokens++
-			row.violations = append(row.violations, fmt.Sprintf("fencing token %d granted after %d", holds[i].token, holds[i-1].token))
+			row.violations = append(row.violations, fmt.Sprintf("fencing token %d granted after %d", h.token, holds[i-1].token))
 		}
+		row.maxInside = max(row.maxInside, len(held))
 	}
 	for _, h := range holds {
 		row.perWorker[h.worker-1]++
@@ -334,31 +373,36 @@ func (r *demoResult) check(title string, workers int) summaryRow {
 func (r summaryRow) print(out io.Writer) {
 	fmt.Fprintln(out)
 	fmt.Fprintf(out, "acquisitions:              %d\n", r.acquisitions)
-	fmt.Fprintf(out, "max concurrent holders:    %d (must be 1)\n", r.maxInside)
+	fmt.Fprintf(out, "max concurrent holders:    %d (at most %d)\n", r.maxInside, r.capacity)
 	fmt.Fprintf(out, "overlapping holds:         %d (must be 0)\n", r.overlaps)
-	fmt.Fprintf(out, "fencing tokens increasing: %v\n", r.badTokens == 0)
+	if r.capacity == 1 {
+		fmt.Fprintf(out, "fencing tokens increasing: %v\n", r.badTokens == 0)
+	}
 	fmt.Fprintf(out, "longest wait:              %v\n", r.maxWait.Round(time.Millisecond))
 	fmt.Fprintf(out, "acquisitions per worker:   %v\n", r.perWorker)
-	if !r.ok() {
+	switch {
+	case !r.ok():
 		fmt.Fprintln(out, "\nVIOLATIONS:")
 		for _, v := range r.violations {
 			fmt.Fprintln(out, "  "+v)
 		}
-		return
+	case r.capacity == 1:
+		fmt.Fprintln(out, "OK: mutual exclusion held and fencing tokens grew with every hold")
+	default:
+		fmt.Fprintf(out, "OK: never more than %d holders at once\n", r.capacity)
 	}
-	fmt.Fprintln(out, "OK: mutual exclusion held and fencing tokens grew with every hold")
 }
 
 func printSummary(out io.Writer, rows []summaryRow) {
 	if len(rows) < 2 {
 		return
 	}
-	fmt.Fprintf(out, "\n== summary ==\n%-32s %12s %12s %9s %13s %s\n", "backend", "acquisitions", "max holders", "overlaps", "longest wait", "result")
+	fmt.Fprintf(out, "\n== summary ==\n%-44s %12s %12s %9s %13s %s\n", "backend / primitive", "acquisitions", "max holders", "overlaps", "longest wait", "result")
 	for _, r := range rows {
 		result := "OK"
 		if !r.ok() {
 			result = "VIOLATION"
 		}
-		fmt.Fprintf(out, "%-32s %12d %12d %9d %13v %s\n", r.title, r.acquisitions, r.maxInside, r.overlaps, r.maxWait.Round(time.Millisecond), result)
+		fmt.Fprintf(out, "%-44s %12d %9d/%-2d %9d %13v %s\n", r.title, r.acquisitions, r.maxInside, r.capacity, r.overlaps, r.maxWait.Round(time.Millisecond), result)
 	}
 }

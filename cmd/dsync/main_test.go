@@ -46,12 +46,12 @@ func TestDemoStartsItsOwnServers(t *testing.T) {
 
 func TestDemoCheckerReportsViolations(t *testing.T) {
 	// Negative control: two overlapping holds and a stale token must fail.
-	r := &demoResult{maxInside: 1, holds: []hold{
+	r := &demoResult{holds: []hold{
 		{worker: 1, token: 5, acquired: 0, released: 10 * time.Millisecond},
 		{worker: 2, token: 4, acquired: 5 * time.Millisecond, released: 20 * time.Millisecond},
 	}}
 	var out bytes.Buffer
-	row := r.check("test", 2)
+	row := r.check("test", 2, 1)
 	row.print(&out)
 	if row.ok() || !strings.Contains(out.String(), "overlapping holds:         1") ||
 		!strings.Contains(out.String(), "fencing token 4 granted after 5") {

@@ -1,0 +1,463 @@
+package leader
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/dsync-dev/dsync"
+	"github.com/dsync-dev/dsync/backends"
+	"github.com/dsync-dev/dsync/internal/lease"
+	"github.com/dsync-dev/dsync/locker"
+	"github.com/dsync-dev/dsync/retry"
+)
+
+// Defaults of Options.
+const (
+	// DefaultMaxRetryPeriod caps the default RetryPeriod (TTL/4).
+	DefaultMaxRetryPeriod = time.Second
+	// retryJitter spreads the followers' attempts within ±20% of
+	// RetryPeriod, so that they do not poll in step.
+	retryJitter = 0.2
+)
+
+// ErrDuplicateID is returned (wrapped) by Campaign when another live
+// candidate uses the same candidate ID in the same election: Observe and
+// Leader could not tell the two apart. The error also matches
+// dsync.ErrNotAcquired; Run stops on it.
+var ErrDuplicateID = errors.New("dsync: duplicate candidate ID")
+
+// Options configure an Election. A nil *Options means defaults; a zero
+// field means that field's default.
+type Options struct {
+	// TTL is the time the leader's lease lives on the backend unless
+	// renewed: how long the others wait for a leader that died without
+	// resigning. Default: the backend URL's ttl option, else
+	// locker.DefaultTTL (10s).
+	TTL time.Duration
+	// RenewInterval is how often the leader renews its lease. Default
+	// TTL/3; it must be below the TTL minus the drift allowance. A failed
+	// renewal is retried every RenewInterval/4 until the lease's validity
+	// runs out, when leadership is lost.
+	RenewInterval time.Duration
+	// RetryPeriod is how often a follower tries to take the lease; each
+	// wait is drawn within ±20% of it, and a release notice from the
+	// backend cuts it short. Default TTL/4, at most DefaultMaxRetryPeriod
+	// (1s); it must be below the TTL.
+	RetryPeriod time.Duration
+	// Retry, if set, spaces out a follower's attempts instead of
+	// RetryPeriod (which still sets the defaults derived from it).
+	Retry retry.Policy
+	// ObserveInterval is how often Observe reads the current leader (it
+	// also reads it at once on a release notice). Default RetryPeriod.
+	ObserveInterval time.Duration
+	// DriftFactor, DriftMin, AttemptTimeout and ReleaseTimeout are as in
+	// locker.Options, with the same defaults. AttemptTimeout also bounds
+	// each read of the current leader.
+	DriftFactor    float64
+	DriftMin       time.Duration
+	AttemptTimeout time.Duration
+	ReleaseTimeout time.Duration
+}
+
+// Election is one candidate's view of an election: the candidate ID it
+// campaigns with, on one name of one backend. It is safe for concurrent
+// use, but a candidate leads at most once at a time: a second Campaign
+// while the first is under way or its leadership lasts fails with
+// ErrDuplicateID.
+type Election struct {
+	b               *dsync.Backend
+	name, id        string
+	cfg             *lease.Config
+	policy          retry.Policy
+	retryPeriod     time.Duration
+	observeInterval time.Duration
+}
+
+var _ dsync.LeaderElection = (*Election)(nil)
+
+// New returns candidateID's view of the election name on b. The election
+// lives on the backend key name (a lock of the same key is the same hold).
+// It checks the options against each other and against the backend, with
+// no I/O: an empty name or candidate ID, or a bad option, is an
+// *dsync.InvalidError naming it.
+func New(b *dsync.Backend, name, candidateID string, opts *Options) (*Election, error) {
+	if candidateID == "" {
+		return nil, backends.Invalid("candidate id", "empty: each candidate needs an ID of its own, which Leader and Observe report")
+	}
+	o := Options{}
+	if opts != nil {
+		o = *opts
+	}
+	switch {
+	case o.RenewInterval < 0:
+		return nil, backends.Invalid("renew interval", "%v is negative", o.RenewInterval)
+	case o.RetryPeriod < 0:
+		return nil, backends.Invalid("retry period", "%v is negative", o.RetryPeriod)
+	case o.ObserveInterval < 0:
+		return nil, backends.Invalid("observe interval", "%v is negative", o.ObserveInterval)
+	}
+	cfg, _, _, err := locker.Config(b, name, 1, &locker.Options{
+		TTL: o.TTL, Value: []byte(candidateID),
+		DriftFactor: o.DriftFactor, DriftMin: o.DriftMin,
+		AttemptTimeout: o.AttemptTimeout, ReleaseTimeout: o.ReleaseTimeout,
+		ExtendInterval: o.RenewInterval,
+		MaxHold:        -1, // a leader leads for as long as it lives
+	})
+	if err != nil {
+		var ie *dsync.InvalidError
+		if errors.As(err, &ie) {
+			switch ie.Field {
+			case "key":
+				return nil, backends.Invalid("name", "%s", ie.Reason)
+			case "extend interval":
+				return nil, backends.Invalid("renew interval", "%s", ie.Reason)
+			case "value":
+				return nil, backends.Invalid("candidate id", "%s", ie.Reason)
+			}
+		}
+		return nil, err
+	}
+	if o.RetryPeriod == 0 {
+		o.RetryPeriod = max(min(cfg.TTL/4, DefaultMaxRetryPeriod), time.Millisecond)
+	}
+	if o.RetryPeriod >= cfg.TTL {
+		return nil, backends.Invalid("retry period", "%v is not below the ttl %v", o.RetryPeriod, cfg.TTL)
+	}
+	if o.ObserveInterval == 0 {
+		o.ObserveInterval = o.RetryPeriod
+	}
+	policy := o.Retry
+	if policy == nil {
+		if policy, err = retry.NewConstant(&retry.ConstantOptions{Delay: o.RetryPeriod, Jitter: retryJitter}); err != nil {
+			return nil, backends.Invalid("retry period", "%v", err)
+		}
+	}
+	return &Election{
+		b: b, name: name, id: candidateID, cfg: cfg, policy: policy,
+		retryPeriod: o.RetryPeriod, observeInterval: o.ObserveInterval,
+	}, nil
+}
+
+// Name is the election's name, the backend key it lives on.
+func (e *Election) Name() string { return e.name }
+
+// CandidateID is the ID this candidate campaigns with.
+func (e *Election) CandidateID() string { return e.id }
+
+// TTL is the requested lease TTL (a backend may grant a different one).
+func (e *Election) TTL() time.Duration { return e.cfg.TTL }
+
+// RetryPeriod is the followers' nominal delay between attempts.
+func (e *Election) RetryPeriod() time.Duration { return e.retryPeriod }
+
+// Campaign implements dsync.LeaderElection: it blocks until this candidate
+// leads, or ctx ends, and returns a *Leadership whose lease is renewed in
+// the background until Resign or loss. Between attempts it waits about
+// RetryPeriod (or as Options.Retry says), or less when the backend reports
+// a release.
+//
+// On failure nothing is held and the error matches dsync.ErrNotAcquired,
+// and ctx's error when ctx ended. Campaign fails at once, with an error
+// matching ErrDuplicateID, while this candidate ID already campaigns or
+// leads in an election of the same name on a backend of the same URL in
+// this process. If the current leader has this candidate's ID but is not
+// this process's, Campaign waits out the remaining TTL that the backend
+// reports for it (the hold of a previous run of this process, which
+// crashed, expires by then), and fails with ErrDuplicateID if that leader
+// is still there after it: another live process campaigns with the same
+// ID. Errors no retry can cure (a closed backend: dsync.ErrClosed;
+// dsync.ErrInvalid, dsync.ErrUnsupported) end it at once; other failed
+// attempts are retried.
+func (e *Election) Campaign(ctx context.Context) (dsync.Leadership, error) {
+	l, err := e.campaign(ctx)
+	if err != nil {
+		return nil, err // not a typed nil
+	}
+	return l, nil
+}
+
+func (e *Election) campaign(ctx context.Context) (*Leadership, error) {
+	c, err := e.register()
+	if err != nil {
+		return nil, err
+	}
+	ls, err := e.acquire(ctx)
+	if err != nil {
+		c.unregister()
+		return nil, err
+	}
+	l := &Leadership{lease: ls, c: c}
+	c.lead(l)
+	ls.AutoExtend()
+	return l, nil
+}
+
+// acquire blocks until it obtains the election's lease; see Campaign.
+func (e *Election) acquire(ctx context.Context) (*lease.Lease, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("%w: election %q: %w", dsync.ErrNotAcquired, e.name, err)
+	}
+	var wake <-chan struct{}
+	if n, ok := e.cfg.Driver.(backends.Notifier); ok {
+		// Subscribe before the first attempt, so that a release between a
+		// failed attempt and the wait is not missed.
+		if sub, err := n.WatchReleases(ctx, e.name); err == nil {
+			defer sub.Close()
+			wake = sub.C()
+		}
+	}
+	var dup dupWatch
+	b := e.policy.Start()
+	for {
+		ls, err := lease.Attempt(ctx, e.cfg, e.name)
+		if err == nil {
+			return ls, nil
+		}
+		if final(err) {
+			return nil, err
+		}
+		if ctx.Err() != nil {
+			return nil, gaveUp(e.name, ctx.Err(), err)
+		}
+		if errors.Is(err, dsync.ErrNotAcquired) {
+			if err := e.checkDuplicate(ctx, &dup); err != nil {
+				return nil, err
+			}
+		}
+		d, ok := b.Next()
+		if !ok {
+			return nil, gaveUp(e.name, errors.New("the retry policy gave up"), err)
+		}
+		if werr := retry.Wait(ctx, d, wake); werr != nil {
+			return nil, gaveUp(e.name, werr, err)
+		}
+	}
+}
+
+// dupWatch tracks how long the election's leader has had our candidate ID.
+type dupWatch struct {
+	deadline time.Time // zero while the leader has another ID
+}
+
+// checkDuplicate reads the leader after a lost attempt. A leader with our
+// ID that outlives the TTL the backend reported for it when first seen has
+// been renewed since: another live process uses our ID.
+func (e *Election) checkDuplicate(ctx context.Context, w *dupWatch) error {
+	rctx, cancel := context.WithTimeout(ctx, e.cfg.AttemptTimeout)
+	info, err := e.cfg.Driver.Holder(rctx, e.name)
+	cancel()
+	if err != nil || string(info.Value) != e.id {
+		w.deadline = time.Time{}
+		return nil
+	}
+	now := time.Now()
+	if w.deadline.IsZero() {
+		ttl := info.TTL
+		if ttl <= 0 {
+			ttl = e.cfg.TTL
+		}
+		// The backend reports TTLs to its resolution (etcd: whole seconds).
+		w.deadline = now.Add(ttl + e.cfg.Driver.Capabilities().TTLResolution + e.retryPeriod)
+		return nil
+	}
+	if now.After(w.deadline) {
+		return fmt.Errorf("%w: %w: %q leads election %q from another process, and has renewed its term: give every candidate an ID of its own",
+			dsync.ErrNotAcquired, ErrDuplicateID, e.id, e.name)
+	}
+	return nil
+}
+
+// final reports errors that no retry can cure.
+func final(err error) bool {
+	return errors.Is(err, dsync.ErrInvalid) || errors.Is(err, dsync.ErrClosed) || errors.Is(err, dsync.ErrUnsupported)
+}
+
+// gaveUp builds the error of a Campaign that stopped trying: it matches
+// dsync.ErrNotAcquired, cause, and the last attempt's error.
+func gaveUp(name string, cause, last error) error {
+	if last == dsync.ErrNotAcquired { // the bare sentinel: plain contention
+		return fmt.Errorf("%w: election %q is led by another candidate: %w", dsync.ErrNotAcquired, name, cause)
+	}
+	return fmt.Errorf("%w: election %q: %w (last attempt: %w)", dsync.ErrNotAcquired, name, cause, last)
+}
+
+// Leader implements dsync.LeaderElection: it reads the current leader's
+// candidate ID from the backend, in one attempt bounded by ctx and the
+// attempt timeout. With no leader it returns an error matching
+// dsync.ErrNoLeader; a failed read returns the backend's error. On
+// Redlock, the leader is the ID that a majority of the nodes agree on.
+func (e *Election) Leader(ctx context.Context) (string, error) {
+	rctx, cancel := context.WithTimeout(ctx, e.cfg.AttemptTimeout)
+	defer cancel()
+	info, err := e.cfg.Driver.Holder(rctx, e.name)
+	switch {
+	case errors.Is(err, dsync.ErrNotHeld):
+		return "", fmt.Errorf("%w: election %q", dsync.ErrNoLeader, e.name)
+	case err != nil:
+		return "", err
+	}
+	return string(info.Value), nil
+}
+
+// Observe implements dsync.LeaderElection: it returns a channel that
+// receives the current state of the election at once, then every change
+// of leader, including the lack of one (LeaderInfo.ID == ""); consecutive
+// equal states are sent once. It reads the leader every ObserveInterval,
+// and at once when the backend reports a release; a change that lasts less
+// than that may go unseen, and a failed read is retried at the next one.
+//
+// A goroutine does the reading; it stops, and closes the channel, when ctx
+// ends or the backend is closed. Receive until the channel is closed: an
+// unread state holds the goroutine (it sends the next state only once the
+// previous one was received, or ctx ended).
+func (e *Election) Observe(ctx context.Context) <-chan dsync.LeaderInfo {
+	ch := make(chan dsync.LeaderInfo)
+	go e.observe(ctx, ch)
+	return ch
+}
+
+func (e *Election) observe(ctx context.Context, ch chan<- dsync.LeaderInfo) {
+	defer close(ch)
+	var wake <-chan struct{}
+	if n, ok := e.cfg.Driver.(backends.Notifier); ok {
+		if sub, err := n.WatchReleases(ctx, e.name); err == nil {
+			defer sub.Close()
+			wake = sub.C()
+		}
+	}
+	t := time.NewTicker(e.observeInterval)
+	defer t.Stop()
+	var last string
+	sent := false
+	for {
+		id, err := e.Leader(ctx)
+		switch {
+		case err == nil || errors.Is(err, dsync.ErrNoLeader):
+			if !sent || id != last {
+				select {
+				case ch <- dsync.LeaderInfo{ID: id}:
+				case <-ctx.Done():
+					return
+				}
+				last, sent = id, true
+			}
+		case errors.Is(err, dsync.ErrClosed):
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-wake:
+		}
+	}
+}
+
+// Leadership is one term of leadership (dsync.Leadership), kept alive by
+// renewing the election's lease every RenewInterval until Resign or loss.
+// It is safe for concurrent use.
+type Leadership struct {
+	lease *lease.Lease
+	c     *candidacy
+}
+
+var _ dsync.Leadership = (*Leadership)(nil)
+
+// Term implements dsync.Leadership: the lease's fencing token, strictly
+// greater than the term of every earlier leader of the election, as far as
+// the backend's fencing can promise (see the README's guarantees table).
+// Zero on a backend without fencing (Capabilities().Fencing false).
+func (l *Leadership) Term() uint64 { return l.lease.Token() }
+
+// Done implements dsync.Leadership: it is closed when the term ends, by
+// Resign or by loss.
+func (l *Leadership) Done() <-chan struct{} { return l.lease.Done() }
+
+// Err implements dsync.Leadership: nil while leading, dsync.ErrReleased
+// after Resign, an error matching dsync.ErrLeaseLost after loss (a
+// renewal found the hold gone, or renewals failed until the lease's
+// validity ran out).
+func (l *Leadership) Err() error { return l.lease.Err() }
+
+// Expires is the local time until which leadership is safe to rely on,
+// moved forward by every renewal (dsync.Lease.Expires).
+func (l *Leadership) Expires() time.Time { return l.lease.Expires() }
+
+// HoldToken is the secret token that identifies the term's hold on the
+// backend, for tests and tools that act on the hold through the driver.
+func (l *Leadership) HoldToken() string { return l.lease.HoldToken() }
+
+// Resign implements dsync.Leadership: it ends the term and releases the
+// election's lease at once, so that a waiting candidate takes over without
+// waiting for the TTL (the backend's release notice wakes it). If ctx is
+// already done it still tries once on a fresh context bounded by the
+// release timeout. It returns an error matching dsync.ErrNotHeld if the term
+// had already ended (resigned, or lost: the error then wraps the loss),
+// and the backend's error if the release failed; the term has ended
+// either way, and the same candidate may campaign again.
+func (l *Leadership) Resign(ctx context.Context) error {
+	err := l.lease.Release(ctx)
+	l.c.unregister()
+	return err
+}
+
+// The candidacies of this process, so that two live Campaigns of one
+// candidate ID in one election are refused.
+
+type candidacyKey struct {
+	backend, name, id string
+}
+
+// candidacy is one live Campaign and the leadership it won.
+type candidacy struct {
+	key candidacyKey
+	l   *Leadership // set once the campaign is won; guarded by candidaciesMu
+}
+
+var (
+	candidaciesMu sync.Mutex
+	candidacies   = map[candidacyKey]*candidacy{} // protected by candidaciesMu
+)
+
+// register records a live Campaign of e, or fails if one is live already.
+// A candidacy whose leadership was lost without Resign is over.
+func (e *Election) register() (*candidacy, error) {
+	k := candidacyKey{e.b.String(), e.name, e.id}
+	candidaciesMu.Lock()
+	defer candidaciesMu.Unlock()
+	if c := candidacies[k]; c != nil {
+		over := false
+		if c.l != nil {
+			select {
+			case <-c.l.Done():
+				over = true
+			default:
+			}
+		}
+		if !over {
+			return nil, fmt.Errorf("%w: %w: %q already campaigns or leads in election %q on %s in this process",
+				dsync.ErrNotAcquired, ErrDuplicateID, e.id, e.name, e.b)
+		}
+	}
+	c := &candidacy{key: k}
+	candidacies[k] = c
+	return c, nil
+}
+
+func (c *candidacy) lead(l *Leadership) {
+	candidaciesMu.Lock()
+	defer candidaciesMu.Unlock()
+	c.l = l
+}
+
+// unregister ends the candidacy, unless a later one replaced it.
+func (c *candidacy) unregister() {
+	candidaciesMu.Lock()
+	defer candidaciesMu.Unlock()
+	if candidacies[c.key] == c {
+		delete(candidacies, c.key)
+	}
+}

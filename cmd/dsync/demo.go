@@ -7,14 +7,11 @@ import (
 	"os"
 	"slices"
 	"sort"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/dsync-dev/dsync"
-	"github.com/dsync-dev/dsync/internal/etcdtest"
-	"github.com/dsync-dev/dsync/internal/redistest"
 	"github.com/dsync-dev/dsync/locker"
 	"github.com/dsync-dev/dsync/redlock"
 	"github.com/dsync-dev/dsync/semaphore"
@@ -107,45 +104,14 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return status
 }
 
-// defaultStages starts throw-away servers: a 3-member etcd cluster in this
-// process, and, when redis-server is installed, one redis-server for the
-// single Redis backend and five for Redlock (otherwise the memory backend
-// stands in). cleanup stops whatever was started.
+// defaultStages starts throw-away servers (see startEmbedded) and returns
+// the demo's stages on them; cleanup stops whatever was started.
 func defaultStages(ctx context.Context, stdout, stderr io.Writer) ([]stage, func(), int) {
-	var (
-		servers []*redistest.Server
-		errs    []error
-		cluster *etcdtest.Cluster
-		etcdErr error
-		wg      sync.WaitGroup
-	)
-	_, noRedis := redistest.Lookup()
-	if noRedis == nil {
-		servers, errs = make([]*redistest.Server, 6), make([]error, 6)
-		for i := range servers {
-			wg.Go(func() { servers[i], errs[i] = redistest.StartServer(ctx, nil) })
-		}
+	e, cleanup, code := startEmbedded(ctx, stdout, stderr)
+	if code != exitOK {
+		return nil, cleanup, code
 	}
-	wg.Go(func() { cluster, etcdErr = etcdtest.StartServer(ctx, &etcdtest.Options{Members: 3}) })
-	wg.Wait()
-	cleanup := func() {
-		for _, s := range servers {
-			if s != nil {
-				_ = s.Close()
-			}
-		}
-		if cluster != nil {
-			_ = cluster.Close()
-		}
-		fmt.Fprintln(stdout, "\nstopped the servers this demo started and removed their data")
-	}
-	for _, err := range append(errs, etcdErr) {
-		if err != nil {
-			fmt.Fprintf(stderr, "dsync demo: starting a server: %s\n", oneLine(err))
-			return nil, cleanup, exitFail
-		}
-	}
-	fmt.Fprintf(stdout, "started an embedded 3-member etcd cluster on %s\n", strings.Join(cluster.Endpoints(), ", "))
+	cluster := e.cluster
 	etcdStages := []stage{
 		{title: "etcd, 3 members", url: cluster.URL()},
 		{title: "etcd, leader killed", url: cluster.URL(), prepare: func(ctx context.Context, b *dsync.Backend) error {
@@ -158,23 +124,14 @@ func defaultStages(ctx context.Context, stdout, stderr io.Writer) ([]stage, func
 			return nil
 		}},
 	}
-	if noRedis != nil {
-		fmt.Fprintf(stdout, "redis-server is not installed, so the memory backend stands in for Redis\n(install it with: sudo apt-get install -y redis-server)\n")
+	if e.single == nil {
 		return append([]stage{{title: "memory (in-process)", url: "memory://demo"}}, etcdStages...), cleanup, exitOK
 	}
-	single, masters := servers[0], servers[1:]
-	var addrs []string
-	for _, s := range masters {
-		addrs = append(addrs, s.Addr())
-	}
-	fmt.Fprintf(stdout, "started 6 redis-server processes: %s for single Redis, %s for Redlock\n",
-		single.Addr(), strings.Join(addrs, ", "))
-	redlockURL := fmt.Sprintf("redlock://%s/?max_ttl=%v", strings.Join(addrs, ","), demoMaxTTL)
 	return append([]stage{
-		{title: "single Redis", url: single.URL()},
-		{title: "Redlock, 5 masters", url: redlockURL, prepare: waitQuarantine(stdout)},
-		{title: "Redlock, 2 of 5 masters killed", url: redlockURL, prepare: func(ctx context.Context, b *dsync.Backend) error {
-			for _, s := range masters[3:] {
+		{title: "single Redis", url: e.single.URL()},
+		{title: "Redlock, 5 masters", url: e.redlockURL(), prepare: waitQuarantine(stdout)},
+		{title: "Redlock, 2 of 5 masters killed", url: e.redlockURL(), prepare: func(ctx context.Context, b *dsync.Backend) error {
+			for _, s := range e.masters[3:] {
 				if err := s.Kill(); err != nil {
 					return err
 				}

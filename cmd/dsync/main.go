@@ -4,6 +4,7 @@
 //	dsync lock NAME [--url URL] [--try | --timeout D] [--ttl D] -- CMD [ARGS...]
 //	dsync sem NAME --size N [--url URL] [--try | --timeout D] [--ttl D] -- CMD [ARGS...]
 //	dsync demo [--url URL] [--workers N] [--rounds N]
+//	dsync bench [--url URL ...] [--slices N] [--slice D] [--json | --csv]
 //	dsync url-help
 //
 // The backend comes from --url or the DSYNC_URL environment variable. Exit
@@ -59,6 +60,7 @@ func commands() []command {
 		{"lock", "run a command while holding a lock: dsync lock NAME [flags] -- CMD [ARGS...]", runLock},
 		{"sem", "run a command while holding a semaphore permit: dsync sem NAME --size N [flags] -- CMD [ARGS...]", runSem},
 		{"demo", "contended locks on single Redis, Redlock and etcd servers it starts itself (or --url), with a timeline and checks", runDemo},
+		{"bench", "measure the backends side by side: uncontended latency, throughput, contended handoffs and fairness", runBench},
 		{"url-help", "list the backend URL schemes and their options", runURLHelp},
 	}
 }

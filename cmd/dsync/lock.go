@@ -149,7 +149,8 @@ func runHeld(ctx context.Context, hc heldCommand, args []string, stdout, stderr 
 	}
 	defer lease.Release(context.WithoutCancel(ctx))
 	lease.AutoExtend()
-	return runUnderLease(lease, cmdArgs, *grace, prefix, hc.what, stdout, stderr)
+	env := []string{"DSYNC_KEY=" + lease.Key(), "DSYNC_TOKEN=" + strconv.FormatUint(lease.Token(), 10)}
+	return runUnderLease(lease, env, cmdArgs, *grace, prefix, hc.what, stdout, stderr)
 }
 
 // splitCommand splits "NAME [flags] -- CMD ARGS" into its parts.
@@ -198,15 +199,22 @@ func acquireForCommand(ctx context.Context, l acquirer, try bool, timeout time.D
 	return lease, exitOK
 }
 
-// runUnderLease runs the command, forwards dsync's signals to it, and
-// terminates it (SIGTERM, then SIGKILL after grace) if the lease is lost.
-func runUnderLease(lease dsync.Lease, argv []string, grace time.Duration, prefix, what string, stdout, stderr io.Writer) int {
+// ending is a hold that ends: a lease, or a term of leadership.
+type ending interface {
+	Done() <-chan struct{}
+	Err() error
+}
+
+// runUnderLease runs the command with env added to its environment,
+// forwards dsync's signals to it, and terminates it (SIGTERM, then SIGKILL
+// after grace) if the hold is lost; what names the hold in messages.
+func runUnderLease(lease ending, env, argv []string, grace time.Duration, prefix, what string, stdout, stderr io.Writer) int {
 	// The command's output is copied by exec's goroutines unless it is a
 	// file; dsync's own messages go to the same stderr.
 	stdout, stderr = &lockedWriter{w: stdout}, &lockedWriter{w: stderr}
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
-	cmd.Env = append(os.Environ(), "DSYNC_KEY="+lease.Key(), "DSYNC_TOKEN="+strconv.FormatUint(lease.Token(), 10))
+	cmd.Env = append(os.Environ(), env...)
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, forwarded...)
 	defer signal.Stop(sigs)

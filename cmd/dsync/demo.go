@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/dsync-dev/dsync"
+	"github.com/dsync-dev/dsync/leader"
 	"github.com/dsync-dev/dsync/locker"
 	"github.com/dsync-dev/dsync/redlock"
 	"github.com/dsync-dev/dsync/semaphore"
@@ -87,7 +88,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			}
 		}
 		fmt.Fprintf(stdout, "backend: %s\n", b)
-		stageRows, err := demoStage(ctx, b, st.title, cfg, stdout)
+		stageRows, err := demoStage(ctx, b, st.url, st.title, cfg, stdout)
 		b.Close()
 		if err != nil {
 			fmt.Fprintf(stderr, "dsync demo: %s: %s\n", st.title, oneLine(err))
@@ -181,8 +182,9 @@ type demoResult struct {
 }
 
 // demoStage runs the parts of the demo on one backend: workers contending
-// for a lock, then for the permits of a semaphore.
-func demoStage(ctx context.Context, b *dsync.Backend, title string, cfg demoConfig, out io.Writer) ([]summaryRow, error) {
+// for a lock, then for the permits of a semaphore, then candidates of an
+// election.
+func demoStage(ctx context.Context, b *dsync.Backend, url, title string, cfg demoConfig, out io.Writer) ([]summaryRow, error) {
 	var rows []summaryRow
 	l, err := locker.New(b, cfg.key, &locker.Options{TTL: demoTTL})
 	if err != nil {
@@ -210,7 +212,13 @@ func demoStage(ctx context.Context, b *dsync.Backend, title string, cfg demoConf
 	}
 	rows = append(rows, res.check(fmt.Sprintf("%s / semaphore(%d)", title, cfg.size), cfg.workers, cfg.size))
 	rows[len(rows)-1].print(out)
-	return rows, nil
+
+	row, err := elections(ctx, url, title+" / election", cfg, out)
+	if err != nil {
+		return nil, err
+	}
+	row.print(out)
+	return append(rows, row), nil
 }
 
 // contend runs the workers and records every hold on one clock.
@@ -291,6 +299,8 @@ type summaryRow struct {
 	maxWait             time.Duration
 	perWorker           []int
 	violations          []string
+	election            bool
+	handover, failover  time.Duration // elections: longest resign handover; takeover after the leader died
 }
 
 func (r summaryRow) ok() bool {
@@ -329,6 +339,22 @@ func (r *demoResult) check(title string, workers, capacity int) summaryRow {
 
 func (r summaryRow) print(out io.Writer) {
 	fmt.Fprintln(out)
+	if r.election {
+		fmt.Fprintf(out, "terms:                     %d\n", r.acquisitions)
+		fmt.Fprintf(out, "leaders at once:           %d (at most 1)\n", r.maxInside)
+		fmt.Fprintf(out, "terms increasing:          %v\n", r.badTokens == 0)
+		fmt.Fprintf(out, "handover on resign:        %v (longest)\n", r.handover.Round(10*time.Microsecond))
+		fmt.Fprintf(out, "failover after a crash:    %v (ttl %v)\n", r.failover.Round(time.Millisecond), demoTTL)
+		if r.ok() {
+			fmt.Fprintln(out, "OK: one leader at a time, and every term above the last")
+			return
+		}
+		fmt.Fprintln(out, "\nVIOLATIONS:")
+		for _, v := range r.violations {
+			fmt.Fprintln(out, "  "+v)
+		}
+		return
+	}
 	fmt.Fprintf(out, "acquisitions:              %d\n", r.acquisitions)
 	fmt.Fprintf(out, "max concurrent holders:    %d (at most %d)\n", r.maxInside, r.capacity)
 	fmt.Fprintf(out, "overlapping holds:         %d (must be 0)\n", r.overlaps)
@@ -354,12 +380,141 @@ func printSummary(out io.Writer, rows []summaryRow) {
 	if len(rows) < 2 {
 		return
 	}
-	fmt.Fprintf(out, "\n== summary ==\n%-44s %12s %12s %9s %13s %s\n", "backend / primitive", "acquisitions", "max holders", "overlaps", "longest wait", "result")
+	fmt.Fprintf(out, "\n== summary ==\n%-44s %12s %12s %9s %13s %10s %s\n", "backend / primitive", "acquisitions", "max holders", "overlaps", "longest wait", "failover", "result")
 	for _, r := range rows {
 		result := "OK"
 		if !r.ok() {
 			result = "VIOLATION"
 		}
-		fmt.Fprintf(out, "%-44s %12d %9d/%-2d %9d %13v %s\n", r.title, r.acquisitions, r.maxInside, r.capacity, r.overlaps, r.maxWait.Round(time.Millisecond), result)
+		wait, failover := r.maxWait.Round(time.Millisecond).String(), ""
+		if r.election {
+			wait, failover = "", r.failover.Round(time.Millisecond).String()
+		}
+		fmt.Fprintf(out, "%-44s %12d %9d/%-2d %9d %13s %10s %s\n", r.title, r.acquisitions, r.maxInside, r.capacity, r.overlaps, wait, failover, result)
+	}
+}
+
+// elections runs three candidates, each on a backend of its own opened from
+// url: the leader leads for a moment and resigns, twice (the handover),
+// then "crashes": its backend is closed, so it neither renews nor resigns,
+// and the others take over once its lease runs out (the failover).
+func elections(ctx context.Context, url, title string, cfg demoConfig, out io.Writer) (summaryRow, error) {
+	const candidates, resigns = 3, 2
+	name := cfg.key + "-leader"
+	fmt.Fprintf(out, "\n-- election: %d candidates for %q; the leader resigns %d times, then crashes (ttl %v)\n\n", candidates, name, resigns, demoTTL)
+	type term struct {
+		candidate int
+		resign    chan<- struct{} // closing it makes the leader's fn return: leader.Run then resigns
+		at        time.Duration
+	}
+	var (
+		start    = time.Now()
+		since    = func() time.Duration { return time.Since(start) }
+		mu       sync.Mutex // protects leading, lastTerm, row and the output
+		leading  int        // the candidate that believes it leads, 0 for none
+		lastTerm uint64
+		row      = summaryRow{title: title, capacity: 1, election: true}
+		terms    = make(chan term)
+		runCtx   context.Context
+		cancel   context.CancelFunc
+		wg       sync.WaitGroup
+		backends []*dsync.Backend
+	)
+	runCtx, cancel = context.WithCancel(ctx)
+	defer func() {
+		cancel()
+		wg.Wait()
+		for _, b := range backends {
+			_ = b.Close()
+		}
+	}()
+	logf := func(format string, args ...any) {
+		fmt.Fprintf(out, "  %+8.3fs  "+format+"\n", append([]any{since().Seconds()}, args...)...)
+	}
+	for c := 1; c <= candidates; c++ {
+		b, err := dsync.Open(ctx, url)
+		if err != nil {
+			return row, err
+		}
+		backends = append(backends, b)
+		e, err := leader.New(b, name, fmt.Sprintf("candidate-%d", c), &leader.Options{TTL: demoTTL})
+		if err != nil {
+			return row, err
+		}
+		wg.Go(func() {
+			// Run campaigns, calls fn while leading, resigns when fn
+			// returns, waits a retry period and campaigns again; it ends
+			// when runCtx does, or when this candidate's backend is
+			// closed (the crash).
+			_ = leader.Run(runCtx, e, func(ctx context.Context, tm uint64) error {
+				mu.Lock()
+				row.acquisitions++
+				if leading != 0 {
+					row.overlaps++
+					row.violations = append(row.violations, fmt.Sprintf("candidate-%d leads while candidate-%d believes it does", c, leading))
+				}
+				if tm != 0 && tm <= lastTerm {
+					row.badTokens++
+					row.violations = append(row.violations, fmt.Sprintf("term %d began after term %d", tm, lastTerm))
+				}
+				leading, lastTerm = c, max(lastTerm, tm)
+				row.maxInside = max(row.maxInside, 1+row.overlaps)
+				logf("candidate-%d  leads, term %d", c, tm)
+				mu.Unlock()
+				resign := make(chan struct{})
+				select {
+				case terms <- term{candidate: c, resign: resign, at: since()}:
+				case <-ctx.Done():
+				}
+				select {
+				case <-resign:
+				case <-ctx.Done(): // leadership lost, or the demo is over
+				}
+				mu.Lock()
+				if leading == c {
+					leading = 0
+				}
+				mu.Unlock()
+				return nil
+			}, nil)
+		})
+	}
+	next := func() (term, error) {
+		select {
+		case t := <-terms:
+			return t, nil
+		case <-time.After(10 * demoTTL):
+			return term{}, fmt.Errorf("no leader within %v", 10*demoTTL)
+		}
+	}
+	t, err := next()
+	if err != nil {
+		return row, err
+	}
+	for i := 0; ; i++ {
+		time.Sleep(cfg.work) // the leader's work
+		ended := since()
+		mu.Lock()
+		if i < resigns {
+			logf("candidate-%d  resigns", t.candidate)
+		} else {
+			logf("candidate-%d  crashes: no more renewals, no resignation", t.candidate)
+		}
+		mu.Unlock()
+		if i < resigns {
+			close(t.resign)
+		} else {
+			_ = backends[t.candidate-1].Close()
+		}
+		if t, err = next(); err != nil {
+			return row, err
+		}
+		if i < resigns {
+			row.handover = max(row.handover, t.at-ended)
+			continue
+		}
+		row.failover = t.at - ended
+		close(t.resign)
+		return row, nil
 	}
 }

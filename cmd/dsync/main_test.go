@@ -24,7 +24,8 @@ func runCLI(t *testing.T, args ...string) (int, string, string) {
 
 func TestDemoOnMemory(t *testing.T) {
 	code, out, errOut := runCLI(t, "demo", "--url", "memory://cli-demo", "--workers", "3", "--rounds", "3", "--work", "5ms")
-	if code != exitOK || !strings.Contains(out, "OK: mutual exclusion held") || !strings.Contains(out, "acquisitions:              9") {
+	if code != exitOK || !strings.Contains(out, "OK: mutual exclusion held") || !strings.Contains(out, "acquisitions:              9") ||
+		!strings.Contains(out, "OK: never more than 2 holders") || !strings.Contains(out, "OK: one leader at a time") {
 		t.Fatalf("demo exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
 	}
 }
@@ -39,6 +40,7 @@ func TestDemoStartsItsOwnServers(t *testing.T) {
 		!strings.Contains(out, "backend: redis://127.0.0.1:") || !strings.Contains(out, "backend: redlock://127.0.0.1:") ||
 		!strings.Contains(out, "backend: etcd://127.0.0.1:") || !strings.Contains(out, "killed the etcd leader") ||
 		!strings.Contains(out, "killed the master") || strings.Count(out, "OK: mutual exclusion held") != 5 ||
+		strings.Count(out, "OK: never more than 2 holders at once") != 5 || strings.Count(out, "OK: one leader at a time") != 5 ||
 		!strings.Contains(out, "== summary ==") || strings.Contains(out, "VIOLATION") {
 		t.Fatalf("demo exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
 	}

@@ -186,3 +186,63 @@ func BenchmarkLockCycleRatio(b *testing.B) {
 	b.ReportMetric(float64(tFenced)/float64(tRaw), "fenced/raw")
 	b.ReportMetric(float64(tUnfenced)/float64(tRaw), "unfenced/raw")
 }
+
+// BenchmarkSemCycleRatio interleaves, on one server and one driver, one
+// fenced acquire and release of a free permit of a semaphore of size 4,
+// the same with two other permits held (so that the set persists and every
+// call prunes and re-times it), and one fenced lock cycle, so that all
+// three see the same machine noise; it reports each one's mean and the
+// ratios of the semaphore cycles to the lock cycle.
+func BenchmarkSemCycleRatio(b *testing.B) {
+	srv := redistest.Start(b, nil)
+	client := srv.NewClient(b)
+	d, err := redis.New(client, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = d.Close() })
+	ctx := context.Background()
+	i := 0
+	cycle := func(key string, limit int) func() {
+		return func() {
+			i++
+			tok := "tok-" + strconv.Itoa(i)
+			if _, err := d.Acquire(ctx, backends.Request{Key: key, Token: tok, TTL: benchTTL, Limit: limit, Fence: true}); err != nil {
+				b.Fatal(err)
+			}
+			if err := d.Release(ctx, key, tok); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	lock, sem, semHeld := cycle("lock", 1), cycle("sem", 4), cycle("sem-held", 4)
+	for _, tok := range []string{"other-1", "other-2"} {
+		if _, err := d.Acquire(ctx, backends.Request{Key: "sem-held", Token: tok, TTL: time.Hour, Limit: 4, Fence: true}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for range 300 { // warm the connections and the script cache
+		lock()
+		sem()
+		semHeld()
+	}
+	var tLock, tSem, tHeld time.Duration
+	for b.Loop() {
+		t0 := time.Now()
+		lock()
+		t1 := time.Now()
+		sem()
+		t2 := time.Now()
+		semHeld()
+		t3 := time.Now()
+		tLock += t1.Sub(t0)
+		tSem += t2.Sub(t1)
+		tHeld += t3.Sub(t2)
+	}
+	n := float64(b.N)
+	b.ReportMetric(float64(tLock.Nanoseconds())/n, "lock-ns/cycle")
+	b.ReportMetric(float64(tSem.Nanoseconds())/n, "sem-ns/cycle")
+	b.ReportMetric(float64(tHeld.Nanoseconds())/n, "sem-held-ns/cycle")
+	b.ReportMetric(float64(tSem)/float64(tLock), "sem/lock")
+	b.ReportMetric(float64(tHeld)/float64(tLock), "sem-held/lock")
+}

@@ -1,6 +1,7 @@
-// Package redis is the single-instance Redis driver for dsync: locks on one
-// Redis server (or a Sentinel-managed primary, or a Redis Cluster), with
-// fencing tokens and release notices over pub/sub.
+// Package redis is the single-instance Redis driver for dsync: locks and
+// counting semaphores on one Redis server (or a Sentinel-managed primary,
+// or a Redis Cluster), with fencing tokens and release notices over
+// pub/sub.
 //
 // Applications either open it by URL, after a blank import that registers
 // the redis:// and rediss:// schemes:
@@ -25,9 +26,19 @@
 //     replica (Sentinel, Cluster) before a hold reached it, or restarts
 //     without persistence, the hold is gone and the lock can be granted
 //     twice. Fencing tokens can go back or repeat in the same cases.
-//   - Expiry follows the server's wall clock. A server whose clock jumps
-//     forward expires holds early; the layer above measures validity on the
+//   - Expiry follows the server's wall clock, for locks (PX) and
+//     semaphores alike (a semaphore's holders are scored with the server's
+//     TIME, never a client's clock, so clients whose clocks disagree still
+//     agree on who holds a permit). A server whose clock jumps forward
+//     expires holds early; the layer above measures validity on the
 //     client's monotonic clock and cannot see that.
+//   - A semaphore admits at most its size of live holders, with the same
+//     caveats as a lock: while the server keeps its data. Sizes go up to
+//     4096. A key has one size at a time: while it has live holders, an
+//     acquire with another size (a lock being size 1) fails with the error
+//     of backends.LimitMismatch. Without fencing, a lock acquire that finds
+//     the key taken makes a second round trip (TYPE) to tell a semaphore
+//     from another lock; with fencing the script does it.
 //   - Fencing tokens are strictly increasing per key while the server keeps
 //     its data. Each distinct key that was ever acquired with fencing leaves
 //     one small string key behind forever (its counter: about 50 to 60
@@ -41,21 +52,35 @@
 //
 // # Storage layout
 //
-// With the key prefix P (Options.Prefix, "dsync:" by default) and a lock key
-// K, the driver uses:
+// With the key prefix P (Options.Prefix, "dsync:" by default) and a key K,
+// the driver uses:
 //
-//	P{K}           string  the hold: the token, or token + "\n" + value when
-//	                       the request carries a value; expires after the TTL
-//	P{K}:fence     string  the fencing counter (INCR), never expires
+//	P{K}           string  a lock's hold: the token, or token + "\n" + value
+//	                       when the request carries a value; expires after
+//	                       the TTL
+//	P{K}           zset    or a semaphore's holders: each token scored by
+//	                       its expiry in ms on the server's clock, plus the
+//	                       member "" scored minus the size; expires with the
+//	                       latest holder, and is deleted with the last one
+//	P{K}:values    hash    a semaphore's holders' values, token -> value,
+//	                       written only for holders with a value; expires
+//	                       and goes with the set
+//	P{K}:fence     string  the fencing counter (INCR) of the key, shared by
+//	                       its locks and semaphores; never expires
 //	P{K}:released  channel PUBLISHed to when a hold is released
 //
 // The braces are a Redis Cluster hash tag, so all of one key's Redis keys
 // live in one slot and each script touches a single slot. Tokens must not
-// contain "\n", since that separates the token from the value. Every
-// operation is one Lua script (acquire.lua, release.lua, refresh.lua,
-// holder.lua, embedded in the package) run with EVALSHA, falling back to
-// EVAL when the server's script cache was emptied (after a restart or
-// SCRIPT FLUSH).
+// contain "\n", since that separates the token from the value.
+//
+// Every operation is one Lua script, embedded in the package and run with
+// EVALSHA, falling back to EVAL when the server's script cache was emptied
+// (after a restart or SCRIPT FLUSH): acquire.lua for a lock, sem_acquire.lua
+// for a semaphore, and release.lua, refresh.lua and holder.lua for both
+// (they ask the key's TYPE first); all but acquire.lua start with the
+// helpers of sem_common.lua. The one exception is a lock acquire without
+// fencing, a plain SET NX PX. A semaphore's expired holders are pruned by
+// every call that writes.
 //
 // # One attempt per call
 //

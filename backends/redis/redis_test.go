@@ -99,8 +99,10 @@ func TestInvalidBeforeIO(t *testing.T) {
 			t.Errorf("Acquire(%s) = %v, want ErrInvalid", name, err)
 		}
 	}
-	if _, err := d.Acquire(ctx, backends.Request{Key: "k", Token: "t", TTL: time.Second, Limit: 2}); !errors.Is(err, backends.ErrUnsupported) {
-		t.Errorf("Acquire(limit 2) = %v, want ErrUnsupported", err)
+	for _, limit := range []int{-1, 1<<12 + 1} {
+		if _, err := d.Acquire(ctx, backends.Request{Key: "k", Token: "t", TTL: time.Second, Limit: limit}); !errors.Is(err, backends.ErrInvalid) {
+			t.Errorf("Acquire(limit %d) = %v, want ErrInvalid", limit, err)
+		}
 	}
 	checks := map[string]error{
 		"Refresh empty key":     d.Refresh(ctx, "", ok.Token, time.Second),
@@ -132,7 +134,7 @@ func TestCapabilities(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.Close()
-	want := backends.Capabilities{Name: "redis", MaxLimit: 1, Fencing: true, TTLResolution: time.Millisecond}
+	want := backends.Capabilities{Name: "redis", MaxLimit: 1 << 12, Fencing: true, TTLResolution: time.Millisecond}
 	if got := d.Capabilities(); got != want {
 		t.Errorf("Capabilities() = %+v, want %+v", got, want)
 	}

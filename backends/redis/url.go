@@ -20,14 +20,14 @@ const probeTimeout = 5 * time.Second
 func init() {
 	dsync.Register(dsync.Scheme{
 		Name:       "redis",
-		Summary:    "one Redis server (or Sentinel primary): efficiency-grade locks with fencing",
+		Summary:    "one Redis server (or Sentinel primary): efficiency-grade locks and semaphores with fencing",
 		Example:    "redis://:password@localhost:6379/0?prefix=myapp:",
 		Options:    urlOptions(false),
 		OpenDriver: openURL,
 	})
 	dsync.Register(dsync.Scheme{
 		Name:       "rediss",
-		Summary:    "one Redis server over TLS: efficiency-grade locks with fencing",
+		Summary:    "one Redis server over TLS: efficiency-grade locks and semaphores with fencing",
 		Example:    "rediss://user:password@redis.example.com:6380/0",
 		Options:    urlOptions(true),
 		OpenDriver: openURL,

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -307,15 +308,63 @@ func (s *suite) testElectLostHold(t *testing.T) {
 	log.checkPairs(t)
 }
 
-// testElectCutOff: a leader cut off from the server (its client closed)
+// cutDriver passes calls on to its driver until it is cut off from the
+// server; then every call fails as an unreachable server's would.
+type cutDriver struct {
+	backends.Driver
+	cut atomic.Bool
+}
+
+var errCut = errors.New("backendtest: cut off from the server")
+
+func (d *cutDriver) Acquire(ctx context.Context, req backends.Request) (backends.Grant, error) {
+	if d.cut.Load() {
+		return backends.Grant{}, errCut
+	}
+	return d.Driver.Acquire(ctx, req)
+}
+
+func (d *cutDriver) Refresh(ctx context.Context, key, token string, ttl time.Duration) error {
+	if d.cut.Load() {
+		return errCut
+	}
+	return d.Driver.Refresh(ctx, key, token, ttl)
+}
+
+func (d *cutDriver) Release(ctx context.Context, key, token string) error {
+	if d.cut.Load() {
+		return errCut
+	}
+	return d.Driver.Release(ctx, key, token)
+}
+
+func (d *cutDriver) Holder(ctx context.Context, key string) (backends.HolderInfo, error) {
+	if d.cut.Load() {
+		return backends.HolderInfo{}, errCut
+	}
+	return d.Driver.Holder(ctx, key)
+}
+
+func (d *cutDriver) CheckTTL(ttl time.Duration) error {
+	if c, ok := d.Driver.(backends.TTLChecker); ok {
+		return c.CheckTTL(ttl)
+	}
+	return nil
+}
+
+// testElectCutOff: a leader cut off from the server (every request fails)
 // stops leading when its lease's validity runs out, and the follower is
 // granted leadership only after that moment.
 func (s *suite) testElectCutOff(t *testing.T) {
 	ctx := testContext(t)
 	name := uniqueKey(t)
 	ttl := s.h.ShortTTL
-	ba := s.h.NewBackend(t)
-	t.Cleanup(func() { _ = ba.Close() })
+	inner := s.backend(t)
+	cd := &cutDriver{Driver: inner.Driver()}
+	ba, err := dsync.NewBackend(cd, &dsync.BackendOptions{Name: inner.String(), Defaults: inner.Defaults()})
+	if err != nil {
+		t.Fatal(err)
+	}
 	a := newElection(t, ba, name, "a", &leader.Options{TTL: ttl})
 	la, err := a.Campaign(ctx)
 	if err != nil {
@@ -334,7 +383,7 @@ func (s *suite) testElectCutOff(t *testing.T) {
 	}()
 	time.Sleep(ttl) // some renewals first: the cadence under test
 	cut := time.Now()
-	_ = ba.Close()
+	cd.cut.Store(true)
 	var lostAt time.Time
 	select {
 	case <-la.Done():

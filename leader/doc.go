@@ -25,17 +25,19 @@
 // # Guarantees
 //
 // At most one candidate holds the election's lease at a time, with the
-// strength of the backend's lock (see the README's guarantees table); a
-// leader that stops renewing (crashed, paused, cut off) learns of its loss
-// locally, from its lease's validity, before any other candidate can be
-// granted the lease, as long as clocks run at about the same rate (the drift
-// allowance). Pass Term to the resources a leader writes to, so that they
-// can reject a stale leader's writes: it is the only protection against a
-// leader paused longer than its TTL.
+// strength of the backend's lock (see the README's guarantees table). A
+// leader whose renewals stop succeeding (cut off from the server) sees its
+// term end, from its lease's local validity, before any other candidate can
+// be granted the lease, as long as clocks run at about the same rate (the
+// drift allowance). A process paused longer than its TTL cannot see
+// anything until it resumes: pass Term to the resources a leader writes to,
+// so that they can reject a stale leader's writes.
 //
-// Failover after a resignation takes one round trip on backends that send
-// release notices (all of dsync's). After a leader dies without resigning,
-// the others take over once its hold expires on the server: within the TTL
-// since its last renewal, plus up to RetryPeriod on backends whose notices
-// do not report expiry (Redis, Redlock).
+// Failover after a resignation takes a round trip or two on backends that
+// send release notices (all of dsync's). After a leader dies without
+// resigning, the others take over once its hold expires on the server:
+// within the TTL since its last renewal, plus up to RetryPeriod (±20%) on
+// backends whose notices do not report expiry (Redis, Redlock, memory);
+// etcd's watch reports the expiry, but etcd itself revokes expired leases
+// with a delay of its own.
 package leader

@@ -1,6 +1,7 @@
 // Package redlock is the Redlock backend: locks held on a quorum of N
 // independent Redis masters, as the Redlock specification describes, with
-// the specification's "go further" points done by the client.
+// the specification's "go further" points done by the client, and
+// semaphores built from such locks.
 //
 // One acquisition attempt sends SET NX PX, with the same key and random
 // token, to all N masters in parallel. It is decided as soon as N/2+1 nodes
@@ -54,6 +55,51 @@
 // successor's, and a resource that rejects stale tokens rejects its writes.
 // The second round costs one more parallel round trip; locker.Options
 // NoFencing skips it (one round, token 0).
+//
+// # Semaphores
+//
+// A semaphore of size N (Request.Limit N, up to MaxLimit = 64) is N
+// independent Redlock locks, its slots. An attempt makes one full round on
+// each slot in turn, from a random one: the parallel fan-out, the decision
+// at quorum, the withdrawal of a failed round from the nodes that may hold
+// it (a node that refused holds nothing, so a refused slot costs one round
+// trip), and stops at the first slot won. The permit is that slot's lock:
+// Grant.Key names it (the semaphore's key, a NUL byte and the slot's
+// index), and the layer above refreshes and releases it there. Keys that
+// contain a NUL byte are refused, so that a slot's key never names a lock.
+// A semaphore of size 1 is the lock of the same key.
+//
+// Two holders of one slot would need two majorities to grant the same key
+// at once, which the lock's argument rules out, so the semaphore never
+// admits more than N holders (within the lock's own assumptions: bounded
+// clock drift, restart quarantine). A majority vote over per-node sets of
+// holders would not: with 5 nodes and size 2, clients A, B and C admitted
+// by nodes {0,1,2}, {2,3,4} and {0,1,3} each hold a majority while no node
+// admits more than 2.
+//
+// The cost is in rounds: a permit on a semaphore with k of N slots taken
+// costs (N+1)/(N-k+1) rounds on average when the taken slots are spread at
+// random (slots are tried in order from a random start), and a refusal on
+// a full semaphore costs N rounds, each one parallel round trip to the
+// quorum. That is why MaxLimit is modest; for
+// larger pools, a semaphore per shard of the work does better. An attempt
+// stops early when fewer than a quorum of nodes answer (ErrNoQuorum), when
+// its context ends, or when no time would be left in the TTL for another
+// round.
+//
+// Fencing tokens grow over all the permits of a semaphore, and over the
+// lock of its key: every slot draws from, and writes back to, the key's one
+// counter per node, by the same two rounds as a lock.
+//
+// A key has one size at a time. While any slot is held, each node keeps
+// the semaphore's size in the key of its lock, which lives as long as the
+// slots; an attempt of another size, or on the lock of the key, fails with
+// the error of backends.LimitMismatch when a quorum of nodes report the
+// other size (a minority, say a node that missed a release, is outvoted),
+// and a semaphore attempt while the lock is held fails likewise. The
+// release of a slot publishes on the key's channel, so that waiters of the
+// semaphore wake as they do for a lock. Holder reports, of the holders
+// that a quorum of nodes agree on, the one whose permit expires last.
 //
 // # Configuration
 //

@@ -16,10 +16,14 @@ import (
 // the key, and publishes, on a quorum of nodes at least, one of which is
 // then subscribed; a node that is down, paused or cut off never delays the
 // caller. The subscription's Close stops the goroutines without waiting
-// for them; the driver's Close awaits them.
+// for them; the driver's Close awaits them. For a semaphore, key is its
+// key (not a slot's): the release of any slot is published there.
 func (d *Driver) WatchReleases(ctx context.Context, key string) (backends.Subscription, error) {
 	if d.closed.Load() {
 		return nil, backends.ErrClosed
+	}
+	if err := checkKey(key); err != nil {
+		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err

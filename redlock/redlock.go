@@ -15,6 +15,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/dsync-dev/dsync/backends"
+	"github.com/dsync-dev/dsync/backends/redis"
 )
 
 // Defaults of Options.
@@ -89,8 +90,8 @@ type Driver struct {
 	closed atomic.Bool
 	once   sync.Once
 
-	mu    sync.Mutex       // protects holds
-	holds map[string]*hold // by token, while an attempt has nodes in flight
+	mu    sync.Mutex        // protects holds
+	holds map[holdRef]*hold // while an attempt has nodes in flight
 }
 
 var (
@@ -143,9 +144,9 @@ func New(ctx context.Context, nodes []*goredis.Options, opts *Options) (*Driver,
 		quorum:      len(nodes)/2 + 1,
 		nodeTimeout: o.NodeTimeout,
 		maxTTL:      o.MaxTTL,
-		holds:       map[string]*hold{},
+		holds:       map[holdRef]*hold{},
 		caps: backends.Capabilities{
-			Name: "redlock", MaxLimit: 1, Fencing: true,
+			Name: "redlock", MaxLimit: MaxLimit, Fencing: true,
 			TTLResolution: time.Millisecond, MaxTTL: o.MaxTTL,
 		},
 	}
@@ -202,8 +203,8 @@ func (d *Driver) probe(ctx context.Context) error {
 	return nil
 }
 
-// Capabilities reports a lock-only driver with fencing, 1 ms TTLs and
-// MaxTTL.
+// Capabilities reports fencing, 1 ms TTLs, MaxTTL, and semaphores of up
+// to MaxLimit slots.
 func (d *Driver) Capabilities() backends.Capabilities { return d.caps }
 
 // Quorum is the number of nodes that must agree: N/2+1.
@@ -242,31 +243,65 @@ func (d *Driver) timeoutFor(ttl time.Duration) (time.Duration, error) {
 }
 
 // hold tracks an acquisition attempt while some of its node requests are in
-// flight, so that a SET applied after the attempt failed, or after the
-// lease was released, is released on that node when its reply arrives.
+// flight, so that a hold applied after the attempt failed, or after the
+// lease was released, is withdrawn from that node when its reply arrives.
 type hold struct {
-	key     string
+	t       target
 	pending int  // node requests in flight; protected by Driver.mu
 	decided bool // the attempt has returned; protected by Driver.mu
 	keep    bool // it succeeded and the lease is not released; protected by Driver.mu
 }
+
+// holdRef names an attempt in Driver.holds: the key it is known by (a
+// slot's key for a semaphore slot) and its token, since one token tries
+// several slots of a semaphore, one after the other.
+type holdRef struct{ key, token string }
 
 type vote struct {
 	node    *node
 	grant   backends.Grant
 	err     error
 	applied bool // the node set the key, even if its vote does not count
+	// mayHold: the node may hold the key: applied, or its request failed
+	// with an outcome unknown.
+	mayHold bool
 }
 
-// Acquire makes one Redlock attempt: SET NX PX with the request's token on
-// all nodes in parallel, decided at quorum (N/2+1 of the configured N) or
-// as soon as quorum is out of reach; then, if req.Fence, the write-back
-// round of the fencing token. A failed attempt is released on every node.
+// refusedOutright reports a node's answer that leaves nothing behind on it:
+// the key was held, or held with another limit.
+func refusedOutright(err error) bool {
+	var le *redis.LimitError
+	return errors.Is(err, backends.ErrNotAcquired) || errors.As(err, &le)
+}
+
+// Acquire makes one Redlock attempt.
+//
+// For a lock (req.Limit at most 1) that is one round: SET NX PX with the
+// request's token on all nodes in parallel, decided at quorum (N/2+1 of
+// the configured N) or as soon as quorum is out of reach; then, if
+// req.Fence, the write-back round of the fencing token. A failed attempt is
+// withdrawn from every node. A lock refused by a quorum of nodes on which
+// a semaphore of the same key holds slots fails with the error of
+// backends.LimitMismatch.
+//
+// For a semaphore (req.Limit above 1) it makes such a round on each of the
+// semaphore's req.Limit slots in turn, starting from a random one, and
+// stops at the first slot won: Grant.Key is then that slot's key, for
+// Refresh and Release. A slot refused by a quorum is withdrawn from the
+// nodes that may hold it before the next slot is tried, so a failed
+// Acquire leaves nothing behind. It fails with ErrNotAcquired when every
+// slot is refused, at once with an error matching ErrNoQuorum when fewer
+// than a quorum of nodes answer, and with the error of
+// backends.LimitMismatch when a quorum of nodes hold the key with another
+// limit (1: its lock).
 func (d *Driver) Acquire(ctx context.Context, req backends.Request) (backends.Grant, error) {
 	if d.closed.Load() {
 		return backends.Grant{}, backends.ErrClosed
 	}
 	if err := backends.CheckRequest(req, d.caps); err != nil {
+		return backends.Grant{}, err
+	}
+	if err := checkKey(req.Key); err != nil {
 		return backends.Grant{}, err
 	}
 	nt, err := d.timeoutFor(req.TTL)
@@ -276,72 +311,112 @@ func (d *Driver) Acquire(ctx context.Context, req backends.Request) (backends.Gr
 	if err := ctx.Err(); err != nil {
 		return backends.Grant{}, fmt.Errorf("%w: %w", backends.ErrNotAcquired, err)
 	}
+	if req.Limit > 1 {
+		return d.acquireSlots(ctx, req, nt)
+	}
+	return d.acquireLock(ctx, req, nt)
+}
+
+func (d *Driver) acquireLock(ctx context.Context, req backends.Request, nt time.Duration) (backends.Grant, error) {
+	t := lockTarget(req.Key)
+	r := d.round(ctx, t, req, nt)
+	ok := len(r.granted) >= d.quorum
+	var fence uint64
+	if ok && req.Fence {
+		fence = r.fence()
+		if err := d.raiseFence(ctx, req.Key, fence, nt); err != nil {
+			d.decide(r, false)
+			d.withdrawAll(t, req.Token, nt)
+			return backends.Grant{}, fmt.Errorf("%w: %w: %w", backends.ErrNotAcquired, ErrNoQuorum, err)
+		}
+	}
+	d.decide(r, ok)
+	if !ok {
+		if holders := d.withdrawLock(req.Key, req.Token, nt); holders > 0 {
+			return backends.Grant{}, backends.LimitMismatch(req.Key, 1, holders)
+		}
+		return backends.Grant{}, d.notAcquired(ctx, len(r.granted), r.refused)
+	}
+	return r.result(fence), nil
+}
+
+// round is one Redlock attempt on one target: its requests, sent to every
+// node not quarantined, and the votes collected until it was decided.
+type round struct {
+	ref     holdRef
+	h       *hold
+	ttl     time.Duration
+	votes   chan vote // buffered for every node
+	seen    []vote    // the votes collected
+	granted []vote
+	refused *multierror.Error
+}
+
+// round sends req for t to every node not quarantined, in parallel, and
+// collects votes until quorum is reached or out of reach, the per-node
+// timeout passes, or ctx ends. The caller must decide the round.
+func (d *Driver) round(ctx context.Context, t target, req backends.Request, nt time.Duration) *round {
 	start := time.Now()
-	h := &hold{key: req.Key}
-	votes := make(chan vote, len(d.nodes))
+	r := &round{ref: holdRef{t.key, req.Token}, h: &hold{t: t}, ttl: req.TTL, votes: make(chan vote, len(d.nodes))}
 	// A reply later than the TTL is moot: the key has expired by then.
 	deadline := start.Add(req.TTL)
 	for _, n := range d.nodes {
 		if err := n.quarantined(start); err != nil {
-			votes <- vote{node: n, err: err}
+			r.votes <- vote{node: n, err: err}
 			continue
 		}
 		d.mu.Lock()
-		if h.pending == 0 {
-			d.holds[req.Token] = h
+		if r.h.pending == 0 {
+			d.holds[r.ref] = r.h
 		}
-		h.pending++
+		r.h.pending++
 		d.mu.Unlock()
 		d.wg.Add(1)
 		go func() {
 			defer d.wg.Done()
 			nctx, cancel := context.WithDeadline(d.ctx, deadline)
-			g, err := n.drv.AcquireSeeded(nctx, req)
+			g, err := t.acquire(nctx, n, req)
 			cancel()
-			applied := err == nil
-			if applied {
+			v := vote{node: n, grant: g, err: err, applied: err == nil, mayHold: err == nil || !refusedOutright(err)}
+			if err == nil {
 				// A request that found its connection broken by a restart
 				// ran on a new one, whose hook has only now learned the
 				// server's uptime: the check made before sending it was
 				// about the previous process.
 				if qerr := n.quarantined(time.Now()); qerr != nil {
-					err = qerr
+					v.err = qerr
 				}
 			}
-			d.landed(req.Token, h, vote{node: n, grant: g, err: err, applied: applied}, votes)
+			d.landed(r.ref, r.h, v, r.votes)
 		}()
 	}
+	r.seen, r.granted, r.refused = d.collect(ctx, r.votes, start.Add(nt))
+	return r
+}
 
-	granted, refused := d.collect(ctx, votes, start.Add(nt))
-	ok := len(granted) >= d.quorum
+// fence is the largest fencing token among the granting nodes.
+func (r *round) fence() uint64 {
 	var fence uint64
-	if ok && req.Fence {
-		for _, v := range granted {
-			fence = max(fence, v.grant.Fence)
-		}
-		if err := d.raiseFence(ctx, req.Key, fence, nt); err != nil {
-			d.decide(req.Token, h, false)
-			d.withdrawAll(req.Key, req.Token, nt)
-			return backends.Grant{}, fmt.Errorf("%w: %w: %w", backends.ErrNotAcquired, ErrNoQuorum, err)
-		}
+	for _, v := range r.granted {
+		fence = max(fence, v.grant.Fence)
 	}
-	d.decide(req.Token, h, ok)
-	if !ok {
-		d.withdrawAll(req.Key, req.Token, nt)
-		return backends.Grant{}, d.notAcquired(ctx, len(granted), refused)
-	}
-	g := backends.Grant{Fence: fence, TTL: req.TTL.Truncate(time.Millisecond)}
-	for _, v := range granted {
+	return fence
+}
+
+// result is the grant of a won round.
+func (r *round) result(fence uint64) backends.Grant {
+	g := backends.Grant{Fence: fence, TTL: r.ttl.Truncate(time.Millisecond)}
+	for _, v := range r.granted {
 		g.Voters = append(g.Voters, v.node.index)
 	}
 	slices.Sort(g.Voters)
-	return g, nil
+	return g
 }
 
 // collect gathers votes until quorum is reached or out of reach, the
 // per-node deadline passes, or ctx ends. A node that has not voted by then
 // counts as a refusal.
-func (d *Driver) collect(ctx context.Context, votes <-chan vote, deadline time.Time) (granted []vote, refused *multierror.Error) {
+func (d *Driver) collect(ctx context.Context, votes <-chan vote, deadline time.Time) (seen, granted []vote, refused *multierror.Error) {
 	t := time.NewTimer(time.Until(deadline))
 	defer t.Stop()
 	answered := make([]bool, len(d.nodes))
@@ -349,6 +424,7 @@ func (d *Driver) collect(ctx context.Context, votes <-chan vote, deadline time.T
 	for len(granted) < d.quorum && count(refused) <= n-d.quorum && len(granted)+count(refused) < n {
 		select {
 		case v := <-votes:
+			seen = append(seen, v)
 			answered[v.node.index] = true
 			if v.err == nil {
 				granted = append(granted, v)
@@ -370,34 +446,37 @@ func (d *Driver) collect(ctx context.Context, votes <-chan vote, deadline time.T
 		}
 		break
 	}
-	return granted, refused
+	return seen, granted, refused
 }
 
 // landed delivers a node's vote, or, once the attempt has been decided,
-// withdraws a late grant that nobody will release otherwise.
-func (d *Driver) landed(token string, h *hold, v vote, votes chan<- vote) {
+// withdraws a late hold that nobody will release otherwise.
+func (d *Driver) landed(ref holdRef, h *hold, v vote, votes chan<- vote) {
 	d.mu.Lock()
 	h.pending--
 	if h.pending == 0 {
-		delete(d.holds, token)
+		delete(d.holds, ref)
 	}
 	decided, keep := h.decided, h.keep
-	d.mu.Unlock()
 	if !decided {
+		// Sent under mu, so that once the attempt is decided its every
+		// vote is either in the channel or withdrawn here.
 		votes <- v // buffered for every node: never blocks
+		d.mu.Unlock()
 		return
 	}
+	d.mu.Unlock()
 	if v.applied && !keep {
 		ctx, cancel := context.WithTimeout(d.ctx, maxNodeTimeout)
-		_ = v.node.drv.Withdraw(ctx, h.key, token)
+		_ = h.t.withdraw(ctx, v.node, ref.token)
 		cancel()
 	}
 }
 
-// decide records an attempt's outcome for its stragglers.
-func (d *Driver) decide(token string, h *hold, ok bool) {
+// decide records a round's outcome for its stragglers.
+func (d *Driver) decide(r *round, ok bool) {
 	d.mu.Lock()
-	h.decided, h.keep = true, ok
+	r.h.decided, r.h.keep = true, ok
 	d.mu.Unlock()
 }
 
@@ -405,15 +484,18 @@ func (d *Driver) notAcquired(ctx context.Context, granted int, refused *multierr
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("%w: %w: %w", backends.ErrNotAcquired, err, refused.ErrorOrNil())
 	}
-	held := 0
+	// Nodes that refused outright answered; the others (down, slow, cut
+	// off, quarantined) did not. A round decided early leaves some nodes
+	// unheard, which says nothing about them.
+	silent := 0
 	for _, e := range refused.WrappedErrors() {
-		if errors.Is(e, backends.ErrNotAcquired) {
-			held++
+		if !refusedOutright(e) {
+			silent++
 		}
 	}
-	if granted+held < d.quorum {
+	if silent > len(d.nodes)-d.quorum {
 		return fmt.Errorf("%w: %w: %d of %d nodes answered, %d needed: %w",
-			backends.ErrNotAcquired, ErrNoQuorum, granted+held, len(d.nodes), d.quorum, refused.ErrorOrNil())
+			backends.ErrNotAcquired, ErrNoQuorum, len(d.nodes)-silent, len(d.nodes), d.quorum, refused.ErrorOrNil())
 	}
 	return fmt.Errorf("%w: %d of %d nodes granted, %d needed: %w", backends.ErrNotAcquired, granted, len(d.nodes), d.quorum, refused.ErrorOrNil())
 }
@@ -467,17 +549,50 @@ func (d *Driver) fanOut(ctx context.Context, nt time.Duration, all bool, op func
 // withdrawAll undoes a failed attempt on every node, in parallel, each
 // bounded by nt, on a context of the driver's own (the caller's may be
 // done), without release notices.
-func (d *Driver) withdrawAll(key, token string, nt time.Duration) {
+func (d *Driver) withdrawAll(t target, token string, nt time.Duration) {
 	d.fanOut(d.ctx, nt, true, func(ctx context.Context, n *node) error {
-		return n.drv.Withdraw(ctx, key, token)
+		return t.withdraw(ctx, n, token)
 	})
+}
+
+// withdrawLock is withdrawAll for a refused lock: it returns the limit of
+// the semaphore whose slots hold key on a quorum of nodes (the most common
+// one, should they differ), or 0.
+func (d *Driver) withdrawLock(key, token string, nt time.Duration) int {
+	_, errs := d.fanOut(d.ctx, nt, true, func(ctx context.Context, n *node) error {
+		return n.drv.WithdrawLock(ctx, key, token)
+	})
+	return d.limitQuorum(errs)
+}
+
+// limitQuorum returns the most common limit among the *redis.LimitError
+// refusals in errs when there are at least a quorum of them, else 0.
+func (d *Driver) limitQuorum(errs *multierror.Error) int {
+	limits := map[int]int{}
+	total, best := 0, 0
+	for _, e := range errs.WrappedErrors() {
+		var le *redis.LimitError
+		if errors.As(e, &le) {
+			total++
+			limits[le.Holders]++
+			if limits[le.Holders] > limits[best] || limits[le.Holders] == limits[best] && le.Holders < best {
+				best = le.Holders
+			}
+		}
+	}
+	if total < d.quorum {
+		return 0
+	}
+	return best
 }
 
 // Release deletes the hold on every node in parallel (quarantined ones
 // included), each bounded by the per-node timeout, and tells stragglers of
 // its acquisition to release their node when their reply arrives. It
 // returns nil when a quorum deleted it, ErrNotHeld when it was gone from
-// more nodes than a quorum tolerates, and the nodes' errors otherwise.
+// more nodes than a quorum tolerates, and the nodes' errors otherwise. The
+// release of a semaphore's slot (key is Grant.Key) wakes the semaphore's
+// waiters.
 func (d *Driver) Release(ctx context.Context, key, token string) error {
 	if d.closed.Load() {
 		return backends.ErrClosed
@@ -485,27 +600,35 @@ func (d *Driver) Release(ctx context.Context, key, token string) error {
 	if key == "" || token == "" {
 		return backends.Invalid("key or token", "empty")
 	}
+	t, err := parseKey(key)
+	if err != nil {
+		return err
+	}
 	d.mu.Lock()
-	if h := d.holds[token]; h != nil {
+	if h := d.holds[holdRef{key, token}]; h != nil {
 		h.keep = false
 	}
 	d.mu.Unlock()
 	nt, _ := d.timeoutFor(d.maxTTL)
 	return d.quorumResult("release", d.fanOutCounted(ctx, nt, true, func(ctx context.Context, n *node) error {
-		return n.drv.Release(ctx, key, token)
+		return t.release(ctx, n, token)
 	}))
 }
 
 // Refresh resets the hold's TTL on every node that is not quarantined, in
 // parallel; it succeeds when a quorum refreshed it. A hold gone from more
 // nodes than a quorum tolerates is ErrNotHeld; expired keys are never
-// re-created.
+// re-created. For a semaphore's slot, key is Grant.Key.
 func (d *Driver) Refresh(ctx context.Context, key, token string, ttl time.Duration) error {
 	if d.closed.Load() {
 		return backends.ErrClosed
 	}
 	if key == "" || token == "" {
 		return backends.Invalid("key or token", "empty")
+	}
+	t, err := parseKey(key)
+	if err != nil {
+		return err
 	}
 	if err := backends.CheckTTL(ttl, d.caps); err != nil {
 		return err
@@ -515,7 +638,7 @@ func (d *Driver) Refresh(ctx context.Context, key, token string, ttl time.Durati
 		return err
 	}
 	return d.quorumResult("refresh", d.fanOutCounted(ctx, nt, false, func(ctx context.Context, n *node) error {
-		return n.drv.Refresh(ctx, key, token, ttl)
+		return t.refresh(ctx, n, token, ttl)
 	}))
 }
 
@@ -547,8 +670,11 @@ func (d *Driver) quorumResult(op string, c counted) error {
 	}
 }
 
-// Holder reports the value a quorum of nodes agrees on, with the smallest
-// TTL among them, or ErrNotHeld when no value has a quorum.
+// Holder reports the holder of key that a quorum of nodes agrees on (the
+// same token in the same place: the lock, or one slot of a semaphore), with
+// the smallest TTL among those nodes; of several such holders of a
+// semaphore, the one whose hold expires last. It returns ErrNotHeld when no
+// hold has a quorum. It reads every node in one parallel round.
 func (d *Driver) Holder(ctx context.Context, key string) (backends.HolderInfo, error) {
 	if d.closed.Load() {
 		return backends.HolderInfo{}, backends.ErrClosed
@@ -556,44 +682,47 @@ func (d *Driver) Holder(ctx context.Context, key string) (backends.HolderInfo, e
 	if key == "" {
 		return backends.HolderInfo{}, backends.Invalid("key", "empty")
 	}
-	infos := make([]*backends.HolderInfo, len(d.nodes))
+	if err := checkKey(key); err != nil {
+		return backends.HolderInfo{}, err
+	}
+	holds := make([][]redis.SlotHold, len(d.nodes))
 	nt, _ := d.timeoutFor(d.maxTTL)
 	_, errs := d.fanOut(ctx, nt, false, func(ctx context.Context, n *node) error {
-		info, err := n.drv.Holder(ctx, key)
-		if err == nil {
-			infos[n.index] = &info
-		}
+		hs, err := n.drv.SlotHolds(ctx, key)
+		holds[n.index] = hs
 		return err
 	})
+	type place struct {
+		slot  int
+		token string
+	}
 	type agg struct {
 		votes int
 		info  backends.HolderInfo
 	}
-	byValue := map[string]*agg{}
-	for _, info := range infos {
-		if info == nil {
-			continue
-		}
-		a := byValue[string(info.Value)]
-		if a == nil {
-			a = &agg{info: *info}
-			byValue[string(info.Value)] = a
-		}
-		a.votes++
-		a.info.TTL = min(a.info.TTL, info.TTL)
-	}
-	for _, a := range byValue {
-		if a.votes >= d.quorum {
-			return a.info, nil
+	byPlace := map[place]*agg{}
+	for _, hs := range holds {
+		for _, h := range hs {
+			p := place{h.Slot, h.Token}
+			a := byPlace[p]
+			if a == nil {
+				a = &agg{info: backends.HolderInfo{Value: h.Value, TTL: h.TTL}}
+				byPlace[p] = a
+			}
+			a.votes++
+			a.info.TTL = min(a.info.TTL, h.TTL)
 		}
 	}
-	notHeld := 0
-	for _, e := range errs.WrappedErrors() {
-		if errors.Is(e, backends.ErrNotHeld) {
-			notHeld++
+	var best *agg
+	for _, a := range byPlace {
+		if a.votes >= d.quorum && (best == nil || a.info.TTL > best.info.TTL) {
+			best = a
 		}
 	}
-	if count(errs)-notHeld > len(d.nodes)-d.quorum {
+	if best != nil {
+		return best.info, nil
+	}
+	if count(errs) > len(d.nodes)-d.quorum {
 		return backends.HolderInfo{}, fmt.Errorf("%w: holder: %w", ErrNoQuorum, errs.ErrorOrNil())
 	}
 	return backends.HolderInfo{}, backends.ErrNotHeld

@@ -8,12 +8,11 @@ import (
 
 	"github.com/dsync-dev/dsync"
 	"github.com/dsync-dev/dsync/backends/backendtest"
-	"github.com/dsync-dev/dsync/internal/leakcheck"
 	"github.com/dsync-dev/dsync/internal/redistest"
 	"github.com/dsync-dev/dsync/redlock"
 )
 
-func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }
+func TestMain(m *testing.M) { backendtest.Main(m) }
 
 // redlockURL returns the redlock:// URL of servers with extra options.
 func redlockURL(servers []*redistest.Server, query string) string {

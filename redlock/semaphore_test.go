@@ -1,0 +1,616 @@
+package redlock_test
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/dsync-dev/dsync/backends"
+	"github.com/dsync-dev/dsync/internal/faultproxy"
+	"github.com/dsync-dev/dsync/redlock"
+)
+
+// The semaphore tests drive the driver through the SPI (the semaphore
+// package's conformance checks run in TestConformance), on 5 masters of
+// their own, so that they can count what each node holds.
+
+func semReq(key string, limit int, ttl time.Duration) backends.Request {
+	return backends.Request{Key: key, Token: rand.Text(), TTL: ttl, Limit: limit, Fence: true}
+}
+
+func semCtx(t *testing.T) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// permit is a grant with what it takes to release it.
+type permit struct {
+	backends.Grant
+	token string
+}
+
+func mustPermit(t *testing.T, ctx context.Context, d *redlock.Driver, r backends.Request) permit {
+	t.Helper()
+	g, err := d.Acquire(ctx, r)
+	if err != nil {
+		t.Fatalf("Acquire(%q, limit %d): %v", r.Key, r.Limit, err)
+	}
+	if g.Key == "" || g.Key == r.Key {
+		t.Fatalf("a semaphore's grant names no slot: Grant.Key %q", g.Key)
+	}
+	return permit{g, r.Token}
+}
+
+func (p permit) release(t *testing.T, ctx context.Context, d *redlock.Driver) {
+	t.Helper()
+	if err := d.Release(ctx, p.Key, p.token); err != nil {
+		t.Fatalf("Release(%q): %v", p.Key, err)
+	}
+}
+
+func wantRefused(t *testing.T, ctx context.Context, d *redlock.Driver, r backends.Request) {
+	t.Helper()
+	g, err := d.Acquire(ctx, r)
+	if err == nil {
+		t.Fatalf("Acquire on a full semaphore %q won %q", r.Key, g.Key)
+	}
+	if !errors.Is(err, backends.ErrNotAcquired) || errors.Is(err, redlock.ErrNoQuorum) {
+		t.Fatalf("Acquire on a full semaphore: %v, want plain ErrNotAcquired", err)
+	}
+}
+
+// traces lists, per node, the keys whose value contains token: what an
+// attempt left behind.
+func traces(t *testing.T, clients []*goredis.Client, token string) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var out []string
+	for i, c := range clients {
+		keys, err := c.Keys(ctx, "*").Result()
+		if err != nil {
+			t.Fatalf("KEYS on node %d: %v", i, err)
+		}
+		for _, k := range keys {
+			if c.Type(ctx, k).Val() != "string" {
+				continue
+			}
+			if strings.Contains(c.Get(ctx, k).Val(), token) {
+				out = append(out, fmt.Sprintf("node %d: %s", i, k))
+			}
+		}
+	}
+	return out
+}
+
+// slotOf is a slot's index, from its key (Grant.Key).
+func slotOf(t *testing.T, key string) string {
+	t.Helper()
+	_, slot, ok := strings.Cut(key, "\x00")
+	if !ok {
+		t.Fatalf("%q is not a slot's key", key)
+	}
+	return slot
+}
+
+// TestSemaphoreAdmitsExactlyN: N permits from different clients, each on a
+// slot of its own, with fencing tokens that grow over all of them; the next
+// attempt is refused and leaves nothing on any node; a release frees
+// exactly one slot.
+func TestSemaphoreAdmitsExactlyN(t *testing.T) {
+	t.Parallel()
+	servers := agedServers(t, 5, nil)
+	clients := nodeClients(t, servers)
+	url := redlockURL(servers, faultQuery(""))
+	ctx := semCtx(t)
+	const key, size = "sem-admits", 4
+	var drivers []*redlock.Driver
+	for range size + 1 {
+		_, d := openBackend(t, url)
+		drivers = append(drivers, d)
+	}
+	var permits []permit
+	slots := map[string]bool{}
+	var last uint64
+	for i := range size {
+		p := mustPermit(t, ctx, drivers[i], semReq(key, size, faultMaxTTL))
+		if p.Fence <= last {
+			t.Errorf("permit %d: fence %d not above %d", i, p.Fence, last)
+		}
+		last = p.Fence
+		if s := slotOf(t, p.Key); slots[s] {
+			t.Errorf("permit %d on slot %s, which is taken", i, s)
+		} else {
+			slots[s] = true
+		}
+		if len(p.Voters) < 3 {
+			t.Errorf("permit %d granted by %v, fewer than a quorum", i, p.Voters)
+		}
+		permits = append(permits, p)
+	}
+	r := semReq(key, size, faultMaxTTL)
+	took := timed(func() { wantRefused(t, ctx, drivers[size], r) })
+	t.Logf("a refusal on a full semaphore of %d took %v", size, took.Round(time.Microsecond))
+	if left := traces(t, clients, r.Token); len(left) != 0 {
+		t.Errorf("the refused attempt left %v", left)
+	}
+
+	permits[2].release(t, ctx, drivers[2])
+	p := mustPermit(t, ctx, drivers[size], semReq(key, size, faultMaxTTL))
+	if p.Key != permits[2].Key {
+		t.Errorf("after slot %s was released, the next permit took %s", slotOf(t, permits[2].Key), slotOf(t, p.Key))
+	}
+	if p.Fence <= last {
+		t.Errorf("fence %d after a release, not above %d", p.Fence, last)
+	}
+	wantRefused(t, ctx, drivers[0], semReq(key, size, faultMaxTTL))
+	if err := drivers[2].Release(ctx, permits[2].Key, permits[2].token); !errors.Is(err, backends.ErrNotHeld) {
+		t.Errorf("second release of a permit: %v, want ErrNotHeld", err)
+	}
+
+	// Refresh resets the slot's TTL on the nodes.
+	if err := drivers[size].Refresh(ctx, p.Key, p.token, 2*faultMaxTTL); !errors.Is(err, backends.ErrInvalid) {
+		t.Errorf("Refresh beyond max_ttl: %v, want ErrInvalid", err)
+	}
+	if err := drivers[size].Refresh(ctx, p.Key, p.token, faultMaxTTL); err != nil {
+		t.Fatalf("Refresh of a slot: %v", err)
+	}
+	if err := drivers[size].Refresh(ctx, p.Key, "not-the-holder", faultMaxTTL); !errors.Is(err, backends.ErrNotHeld) {
+		t.Errorf("Refresh of a slot by another token: %v, want ErrNotHeld", err)
+	}
+
+	for i, q := range append(permits[:2], permits[3], p) {
+		q.release(t, ctx, drivers[min(i, size)])
+	}
+	ctxKeys := context.Background()
+	for i, c := range clients {
+		keys := c.Keys(ctxKeys, "dsync:{"+key+"}*").Val()
+		if !slices.Equal(keys, []string{"dsync:{" + key + "}:fence"}) {
+			t.Errorf("node %d keeps %q after every permit was released, want only the fence counter", i, keys)
+		}
+	}
+}
+
+// TestSemaphoreExpiryFrees: permits that are not refreshed expire and free
+// their slots, and the semaphore's limit goes with its last holder.
+func TestSemaphoreExpiryFrees(t *testing.T) {
+	t.Parallel()
+	servers := agedServers(t, 5, nil)
+	clients := nodeClients(t, servers)
+	_, d := openBackend(t, redlockURL(servers, faultQuery("")))
+	ctx := semCtx(t)
+	const key, ttl = "sem-expiry", 500 * time.Millisecond
+	mustPermit(t, ctx, d, semReq(key, 2, ttl))
+	mustPermit(t, ctx, d, semReq(key, 2, ttl))
+	wantRefused(t, ctx, d, semReq(key, 2, ttl))
+	full := time.Now()
+	eventually(t, ttl+faultSlack, "a slot freed by expiry", func() bool {
+		_, err := d.Acquire(ctx, semReq(key, 2, ttl))
+		return err == nil
+	})
+	t.Logf("a slot free %v after the semaphore was full (ttl %v)", time.Since(full).Round(time.Millisecond), ttl)
+	// Once every permit has expired, so has the limit: a semaphore of
+	// another size is welcome.
+	_, err := d.Acquire(ctx, semReq(key, 3, ttl))
+	var inv *backends.InvalidError
+	if !errors.As(err, &inv) {
+		t.Fatalf("size 3 while size 2 is held: %v, want a mismatch", err)
+	}
+	eventually(t, ttl+faultSlack, "the limit forgotten after every permit expired", func() bool {
+		_, err := d.Acquire(ctx, semReq(key, 3, faultMaxTTL))
+		return err == nil
+	})
+	for i, c := range clients {
+		if v := c.Get(ctx, "dsync:{"+key+"}").Val(); v != "\n3" {
+			t.Errorf("node %d: marker %q, want the new size's", i, v)
+		}
+	}
+}
+
+// TestSemaphoreWakesWaiters: the release of a slot reaches the watchers of
+// the semaphore's key, on which blocking acquisition waits. (That undoing a
+// failed attempt sends no notice is checked on one node in
+// backends/redis.)
+func TestSemaphoreWakesWaiters(t *testing.T) {
+	t.Parallel()
+	servers := agedServers(t, 5, nil)
+	_, d := openBackend(t, redlockURL(servers, faultQuery("")))
+	_, waiter := openBackend(t, redlockURL(servers, faultQuery("")))
+	clients := nodeClients(t, servers)
+	ctx := semCtx(t)
+	const key = "sem-wake"
+	a := mustPermit(t, ctx, d, semReq(key, 2, faultMaxTTL))
+	mustPermit(t, ctx, d, semReq(key, 2, faultMaxTTL))
+	sub, err := waiter.WatchReleases(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	// WatchReleases returns once a quorum of nodes were sent SUBSCRIBE,
+	// before they confirm it: wait until a quorum count a subscriber (a
+	// release publishes on a quorum at least, so one of them hears it).
+	channel := "dsync:{" + key + "}:released"
+	eventually(t, 10*time.Second, "the subscription active on a quorum of nodes", func() bool {
+		n := 0
+		for _, c := range clients {
+			if c.PubSubNumSub(ctx, channel).Val()[channel] >= 1 {
+				n++
+			}
+		}
+		return n >= 3
+	})
+	wantRefused(t, ctx, waiter, semReq(key, 2, faultMaxTTL))
+	released := time.Now()
+	a.release(t, ctx, d)
+	select {
+	case <-sub.C():
+		t.Logf("waiter woken %v after the release", time.Since(released).Round(time.Microsecond))
+	case <-time.After(5 * time.Second):
+		t.Fatal("the release of a slot did not wake the semaphore's waiters")
+	}
+	mustPermit(t, ctx, waiter, semReq(key, 2, faultMaxTTL))
+}
+
+// TestSemaphoreLimitMismatch: a quorum of nodes holding the key with
+// another limit fails the attempt at once (not a wait), for semaphores of
+// other sizes and for the lock of the key, both ways; a stale limit on a
+// minority of nodes does not.
+func TestSemaphoreLimitMismatch(t *testing.T) {
+	t.Parallel()
+	servers := agedServers(t, 5, nil)
+	clients := nodeClients(t, servers)
+	_, d := openBackend(t, redlockURL(servers, faultQuery("")))
+	ctx := semCtx(t)
+	mismatch := func(err error, limit, holders int) {
+		t.Helper()
+		var inv *backends.InvalidError
+		if !errors.As(err, &inv) || inv.Field != "size" ||
+			!strings.Contains(inv.Reason, fmt.Sprint(limit)) || !strings.Contains(inv.Reason, fmt.Sprintf("size %d", holders)) {
+			t.Errorf("err = %v, want LimitMismatch naming %d and %d", err, limit, holders)
+		}
+	}
+	const key = "sem-mismatch"
+	p := mustPermit(t, ctx, d, semReq(key, 3, faultMaxTTL))
+	_, err := d.Acquire(ctx, semReq(key, 2, faultMaxTTL))
+	mismatch(err, 2, 3)
+	lockReq := backends.Request{Key: key, Token: rand.Text(), TTL: faultMaxTTL, Fence: true}
+	_, err = d.Acquire(ctx, lockReq)
+	mismatch(err, 1, 3)
+	if left := traces(t, clients, lockReq.Token); len(left) != 0 {
+		t.Errorf("the refused lock left %v", left)
+	}
+	p.release(t, ctx, d)
+
+	const lockKey = "lock-mismatch"
+	lr := backends.Request{Key: lockKey, Token: rand.Text(), TTL: faultMaxTTL, Fence: true}
+	if _, err := d.Acquire(ctx, lr); err != nil {
+		t.Fatal(err)
+	}
+	_, err = d.Acquire(ctx, semReq(lockKey, 4, faultMaxTTL))
+	mismatch(err, 4, 1)
+	if err := d.Release(ctx, lockKey, lr.Token); err != nil {
+		t.Fatal(err)
+	}
+	mustPermit(t, ctx, d, semReq(lockKey, 4, faultMaxTTL))
+
+	// A limit left on 2 of 5 nodes (by a holder whose release missed them,
+	// say) is outvoted: those nodes refuse, the other 3 grant.
+	const stale = "sem-stale"
+	for _, c := range clients[:2] {
+		if err := c.Set(ctx, "dsync:{"+stale+"}", "\n7", faultMaxTTL).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	q := mustPermit(t, ctx, d, semReq(stale, 2, faultMaxTTL))
+	if !slices.Equal(q.Voters, []int{2, 3, 4}) {
+		t.Errorf("voters %v, want [2 3 4] (0 and 1 hold another limit)", q.Voters)
+	}
+}
+
+// TestSemaphoreHolder: Holder reports the holder a quorum agrees on whose
+// permit expires last.
+func TestSemaphoreHolder(t *testing.T) {
+	t.Parallel()
+	servers := agedServers(t, 5, nil)
+	_, d := openBackend(t, redlockURL(servers, faultQuery("")))
+	ctx := semCtx(t)
+	const key = "sem-holder"
+	if _, err := d.Holder(ctx, key); !errors.Is(err, backends.ErrNotHeld) {
+		t.Fatalf("Holder of a free semaphore: %v, want ErrNotHeld", err)
+	}
+	r := semReq(key, 3, faultMaxTTL)
+	r.Value = []byte("long")
+	mustPermit(t, ctx, d, r)
+	r = semReq(key, 3, faultMaxTTL/2)
+	r.Value = []byte("short")
+	mustPermit(t, ctx, d, r)
+	info, err := d.Holder(ctx, key)
+	if err != nil || string(info.Value) != "long" || info.TTL <= faultMaxTTL/2 {
+		t.Errorf("Holder = %q, %v, %v; want the longer permit's value and TTL", info.Value, info.TTL, err)
+	}
+}
+
+// TestSemaphoreKeys: keys with a NUL byte are refused (it names slots),
+// and a slot's key is accepted only by Refresh and Release.
+func TestSemaphoreKeys(t *testing.T) {
+	t.Parallel()
+	servers := agedServers(t, 3, nil)
+	_, d := openBackend(t, redlockURL(servers, faultQuery("")))
+	ctx := semCtx(t)
+	if caps := d.Capabilities(); caps.MaxLimit != redlock.MaxLimit || redlock.MaxLimit < 2 {
+		t.Errorf("MaxLimit %d, want redlock.MaxLimit (%d)", caps.MaxLimit, redlock.MaxLimit)
+	}
+	if _, err := d.Acquire(ctx, semReq("k", redlock.MaxLimit+1, faultMaxTTL)); !errors.Is(err, backends.ErrInvalid) {
+		t.Errorf("limit MaxLimit+1: %v, want ErrInvalid", err)
+	}
+	p := mustPermit(t, ctx, d, semReq("k", 2, faultMaxTTL))
+	for _, call := range []struct {
+		name string
+		err  func() error
+	}{
+		{"Acquire", func() error { _, err := d.Acquire(ctx, semReq(p.Key, 2, faultMaxTTL)); return err }},
+		{"Acquire lock", func() error { _, err := d.Acquire(ctx, semReq("a\x00b", 1, faultMaxTTL)); return err }},
+		{"Holder", func() error { _, err := d.Holder(ctx, p.Key); return err }},
+		{"WatchReleases", func() error { _, err := d.WatchReleases(ctx, p.Key); return err }},
+		{"Release of a malformed slot key", func() error { return d.Release(ctx, "k\x00x", p.token) }},
+		{"Release of a slot beyond MaxLimit", func() error { return d.Release(ctx, fmt.Sprintf("k\x00%d", redlock.MaxLimit), p.token) }},
+		{"Refresh of a slot key without a key", func() error { return d.Refresh(ctx, "\x000", p.token, faultMaxTTL) }},
+	} {
+		if err := call.err(); !errors.Is(err, backends.ErrInvalid) {
+			t.Errorf("%s: %v, want ErrInvalid", call.name, err)
+		}
+	}
+	// The lock of the key is another key than its slots' keys.
+	if err := d.Release(ctx, "k", p.token); !errors.Is(err, backends.ErrNotHeld) {
+		t.Errorf("Release of the semaphore's own key with a permit's token: %v, want ErrNotHeld", err)
+	}
+	p.release(t, ctx, d)
+}
+
+// hammer runs goroutines on several drivers that take permits of one
+// semaphore and count the holders on one clock, until stop is closed. A
+// permit counts while its hold is surely valid: entered well within its
+// TTL of the start of its attempt and left before.
+type hammer struct {
+	inside, most, sections atomic.Int32
+	errs                   chan error
+	wg                     sync.WaitGroup
+}
+
+func startHammer(t *testing.T, drivers []*redlock.Driver, key string, size, perDriver int, stop <-chan struct{}) *hammer {
+	h := &hammer{errs: make(chan error, len(drivers)*perDriver)}
+	const ttl = faultMaxTTL
+	for _, d := range drivers {
+		for range perDriver {
+			h.wg.Go(func() {
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					r := semReq(key, size, ttl)
+					ctx, cancel := context.WithTimeout(context.Background(), ttl/4)
+					start := time.Now()
+					g, err := d.Acquire(ctx, r)
+					cancel()
+					if err != nil {
+						if errors.Is(err, backends.ErrInvalid) {
+							h.errs <- err
+							return
+						}
+						time.Sleep(time.Duration(1+time.Now().UnixNano()%5) * time.Millisecond) // jitter
+						continue
+					}
+					if time.Since(start) < ttl/3 {
+						n := h.inside.Add(1)
+						for m := h.most.Load(); n > m && !h.most.CompareAndSwap(m, n); m = h.most.Load() {
+						}
+						time.Sleep(2 * time.Millisecond) // the work, so that holders overlap
+						h.sections.Add(1)
+						h.inside.Add(-1)
+					}
+					rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+					_ = d.Release(rctx, g.Key, r.Token) // may miss a dead node's quorum share: the hold expires
+					cancel()
+				}
+			})
+		}
+	}
+	return h
+}
+
+func (h *hammer) wait(t *testing.T, size int) {
+	t.Helper()
+	h.wg.Wait()
+	close(h.errs)
+	for err := range h.errs {
+		t.Error(err)
+	}
+	if m := h.most.Load(); m > int32(size) {
+		t.Fatalf("%d holders at once in a semaphore of size %d", m, size)
+	} else if m < int32(size) {
+		t.Errorf("at most %d holders at once: the hammer never filled the semaphore of size %d", m, size)
+	}
+	if h.sections.Load() == 0 {
+		t.Fatal("no critical section ran")
+	}
+}
+
+// awaitSections waits until the hammer has run n more critical sections.
+func (h *hammer) awaitSections(t *testing.T, n int32, what string) {
+	t.Helper()
+	from := h.sections.Load()
+	eventually(t, 30*time.Second, what, func() bool { return h.sections.Load() >= from+n })
+}
+
+// TestSemaphoreHammer: goroutines on several drivers never hold more than
+// Size permits at once, with all nodes up, then with one and two of the 5
+// killed.
+func TestSemaphoreHammer(t *testing.T) {
+	t.Parallel()
+	servers := agedServers(t, 5, nil)
+	url := redlockURL(servers, faultQuery(""))
+	var drivers []*redlock.Driver
+	for range 4 {
+		_, d := openBackend(t, url)
+		drivers = append(drivers, d)
+	}
+	const size = 3
+	stop := make(chan struct{})
+	h := startHammer(t, drivers, "sem-hammer", size, 3, stop)
+	h.awaitSections(t, 100, "100 sections with every node up")
+	if err := servers[1].Kill(); err != nil {
+		t.Fatal(err)
+	}
+	h.awaitSections(t, 100, "100 sections with node 1 dead")
+	if err := servers[3].Kill(); err != nil {
+		t.Fatal(err)
+	}
+	h.awaitSections(t, 100, "100 sections with nodes 1 and 3 dead")
+	close(stop)
+	h.wait(t, size)
+	t.Logf("%d sections, at most %d holders at once (size %d)", h.sections.Load(), h.most.Load(), size)
+}
+
+// TestSemaphoreHammerPaused: the bound holds with one of the 5 masters
+// paused (SIGSTOP: connections open, nothing answers) and after it resumes
+// with the requests it queued.
+func TestSemaphoreHammerPaused(t *testing.T) {
+	t.Parallel()
+	servers := agedServers(t, 5, nil)
+	url := redlockURL(servers, faultQuery(""))
+	var drivers []*redlock.Driver
+	for range 3 {
+		_, d := openBackend(t, url)
+		drivers = append(drivers, d)
+	}
+	t.Cleanup(func() { _ = servers[2].Resume() }) // before the drivers close
+	const size = 2
+	stop := make(chan struct{})
+	h := startHammer(t, drivers, "sem-paused", size, 3, stop)
+	h.awaitSections(t, 50, "50 sections with every node up")
+	if err := servers[2].Pause(); err != nil {
+		t.Fatal(err)
+	}
+	h.awaitSections(t, 50, "50 sections with node 2 paused")
+	if err := servers[2].Resume(); err != nil {
+		t.Fatal(err)
+	}
+	h.awaitSections(t, 50, "50 sections after node 2 resumed")
+	close(stop)
+	h.wait(t, size)
+	t.Logf("%d sections, at most %d holders at once (size %d)", h.sections.Load(), h.most.Load(), size)
+}
+
+// naiveAcquire is the design the issue warns against, one node's part: a
+// sorted set of holders scored by expiry on the server's clock, admitting
+// a token while fewer than the limit are live. A client holds the
+// semaphore when a majority of nodes admitted it.
+var naiveAcquire = goredis.NewScript(`local t = redis.call("TIME")
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call("ZREMRANGEBYSCORE", KEYS[1], "-inf", now)
+if redis.call("ZCARD", KEYS[1]) >= tonumber(ARGV[2]) then
+	return 0
+end
+redis.call("ZADD", KEYS[1], now + tonumber(ARGV[3]), ARGV[1])
+return 1`)
+
+// overAdmitted is the check both designs go through: an error when more
+// clients hold the semaphore than its size.
+func overAdmitted(holders []string, size int) error {
+	if len(holders) > size {
+		return fmt.Errorf("%d holders %v in a semaphore of size %d", len(holders), holders, size)
+	}
+	return nil
+}
+
+// TestNaiveQuorumSemaphoreOverAdmits is the negative control: with 5 nodes
+// and size 2, three clients that each reach 3 nodes (A: 0,1,2; B: 2,3,4;
+// C: 0,1,3; then each reaches the other 2, late) are each admitted by a
+// majority under the naive design, while no node ever admits more than 2:
+// the check finds 3 holders. The same three clients on this driver, each
+// cut off from the same nodes by a TCP proxy, get at most 2 permits.
+func TestNaiveQuorumSemaphoreOverAdmits(t *testing.T) {
+	t.Parallel()
+	servers := agedServers(t, 5, nil)
+	clients := nodeClients(t, servers)
+	ctx := semCtx(t)
+	const size, quorum = 2, 3
+	reach := map[string][]int{"A": {0, 1, 2}, "B": {2, 3, 4}, "C": {0, 1, 3}}
+	late := map[string][]int{"A": {3, 4}, "B": {0, 1}, "C": {2, 4}}
+	names := []string{"A", "B", "C"}
+
+	// The naive design, step by step.
+	const naiveKey = "naive-sem"
+	admitted := map[string]int{}
+	for _, step := range []map[string][]int{reach, late} {
+		for _, name := range names {
+			for _, i := range step[name] {
+				ok, err := naiveAcquire.Run(ctx, clients[i], []string{naiveKey}, name, size, faultMaxTTL.Milliseconds()).Int()
+				if err != nil {
+					t.Fatal(err)
+				}
+				admitted[name] += ok
+				if n := clients[i].ZCard(ctx, naiveKey).Val(); n > size {
+					t.Fatalf("node %d admitted %d: the schedule is wrong", i, n)
+				}
+			}
+		}
+	}
+	var naiveHolders []string
+	for _, name := range names {
+		if admitted[name] >= quorum {
+			naiveHolders = append(naiveHolders, name)
+		}
+	}
+	err := overAdmitted(naiveHolders, size)
+	if err == nil {
+		t.Fatalf("negative control: the naive design admitted %v (%v), and the check found no violation", naiveHolders, admitted)
+	}
+	t.Logf("negative control: naive quorum sets admit %v: %v", admitted, err)
+
+	// This driver, with the same reachability: each client's connections to
+	// the nodes it does not reach go through a proxy that refuses them.
+	var holders []string
+	for _, name := range names {
+		addrs := make([]string, len(servers))
+		for i, s := range servers {
+			p := faultproxy.Start(t, s.Addr())
+			addrs[i] = p.Addr()
+			if !slices.Contains(reach[name], i) {
+				if err := p.Refuse(); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		_, d := openBackend(t, addrURL(addrs, faultQuery("")))
+		g, err := d.Acquire(ctx, semReq("sem-control", size, faultMaxTTL))
+		switch {
+		case err == nil:
+			holders = append(holders, name)
+			t.Logf("%s holds slot %s, granted by %v", name, slotOf(t, g.Key), g.Voters)
+		case errors.Is(err, backends.ErrNotAcquired):
+			t.Logf("%s refused: %v", name, err)
+		default:
+			t.Fatalf("%s: %v", name, err)
+		}
+	}
+	if err := overAdmitted(holders, size); err != nil {
+		t.Fatalf("redlock: %v", err)
+	}
+	if !slices.Equal(holders, []string{"A", "B"}) {
+		t.Errorf("holders %v, want [A B]: A and B reach 3 nodes free of each other's slot", holders)
+	}
+}

@@ -1,6 +1,7 @@
 package backendtest
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"slices"
@@ -380,18 +381,7 @@ func (s *suite) testSemProcessHammer(t *testing.T) {
 	for _, w := range ws {
 		evs = append(evs, w.wait(t, 2*time.Minute)...)
 	}
-	slices.SortFunc(evs, func(a, b event) int { return int(a.At - b.At) })
-	inside, most, sections := map[int]bool{}, 0, 0
-	for _, ev := range evs {
-		switch ev.Name {
-		case "acquired":
-			inside[ev.Worker] = true
-			most = max(most, len(inside))
-			sections++
-		case "releasing":
-			delete(inside, ev.Worker)
-		}
-	}
+	most, sections := mostInside(evs)
 	if most > size {
 		t.Fatalf("%d processes held permits at once in a semaphore of size %d", most, size)
 	}
@@ -428,6 +418,7 @@ func (s *suite) testSemKilledHolder(t *testing.T) {
 		return err == nil
 	})
 	t.Logf("permit back %v after the kill (ttl %v)", time.Since(killed), ttl)
+	p.AutoExtend() // it fills the semaphore with the live holder's below
 	defer p.Release(ctx)
 	// The live holder auto-extends: its permit outlives its TTL.
 	deadline := time.Now().Add(2 * ttl)
@@ -437,4 +428,24 @@ func (s *suite) testSemKilledHolder(t *testing.T) {
 	}
 	alive.signal(t, syscall.SIGTERM)
 	alive.wait(t, 30*time.Second)
+}
+
+// mostInside replays the "acquired" and "releasing" events of workers in
+// the order of their stamps and returns the largest number of workers
+// inside at once, and the number of sections.
+func mostInside(evs []event) (most, sections int) {
+	evs = slices.Clone(evs)
+	slices.SortStableFunc(evs, func(a, b event) int { return cmp.Compare(a.At, b.At) })
+	inside := map[int]bool{}
+	for _, ev := range evs {
+		switch ev.Name {
+		case "acquired":
+			inside[ev.Worker] = true
+			most = max(most, len(inside))
+			sections++
+		case "releasing":
+			delete(inside, ev.Worker)
+		}
+	}
+	return most, sections
 }

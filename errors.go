@@ -32,6 +32,10 @@ var (
 	ErrExtendLimit = errors.New("dsync: extension limit reached")
 	// ErrNoLeader: an election has no leader at the moment.
 	ErrNoLeader = errors.New("dsync: no leader")
+	// ErrDuplicateID: a candidate ID campaigns twice at once in an
+	// election (in one process, or held by another live process). The
+	// Campaign error matches ErrNotAcquired too.
+	ErrDuplicateID = errors.New("dsync: duplicate candidate ID")
 	// ErrUnsupported: the backend cannot do what was asked.
 	ErrUnsupported = backends.ErrUnsupported
 	// ErrClosed: the backend was closed.

@@ -26,8 +26,9 @@ const (
 // ErrDuplicateID is returned (wrapped) by Campaign when another live
 // candidate uses the same candidate ID in the same election: Observe and
 // Leader could not tell the two apart. The error also matches
-// dsync.ErrNotAcquired; Run stops on it.
-var ErrDuplicateID = errors.New("dsync: duplicate candidate ID")
+// dsync.ErrNotAcquired; Run stops on it. It is dsync.ErrDuplicateID, here
+// for convenience.
+var ErrDuplicateID = dsync.ErrDuplicateID
 
 // Options configure an Election. A nil *Options means defaults; a zero
 // field means that field's default.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/dsync-dev/dsync"
 	"github.com/dsync-dev/dsync/backends"
+	"github.com/dsync-dev/dsync/internal/proc"
 	"github.com/dsync-dev/dsync/leader"
 )
 
@@ -538,12 +539,12 @@ func init() {
 	// leader-run: leader.Run on "name" as "id" with "ttl", reporting
 	// "leading TERM", a "tick TERM" every "tick" while leading, and
 	// "stopped TERM lost|resigned"; until SIGTERM.
-	registerWorker("leader-run", func(ctx context.Context, b *dsync.Backend, a workerArgs, emit func(string, ...string)) error {
-		e, err := leader.New(b, a.str("name"), a.str("id"), &leader.Options{TTL: a.duration("ttl")})
+	registerWorker("leader-run", func(ctx context.Context, b *dsync.Backend, a workerArgs, emit proc.Emit) error {
+		e, err := leader.New(b, a.Str("name"), a.Str("id"), &leader.Options{TTL: a.Duration("ttl")})
 		if err != nil {
 			return err
 		}
-		tick := a.duration("tick")
+		tick := a.Duration("tick")
 		err = leader.Run(ctx, e, func(ctx context.Context, term uint64) error {
 			tk := time.NewTicker(tick)
 			defer tk.Stop()
@@ -589,10 +590,10 @@ func (s *suite) startFleet(t *testing.T, name string, n int, ttl time.Duration) 
 		w := s.startWorker(t, "leader-run", map[string]string{
 			"name": name, "id": "worker-" + strconv.Itoa(i), "ttl": ttl.String(), "tick": "20ms",
 		})
-		f.ws[w.index] = w
+		f.ws[w.Index()] = w
 	}
 	for _, w := range f.ws {
-		w.expect(t, "ready", 30*time.Second)
+		w.Expect(t, "ready", 30*time.Second)
 	}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -600,7 +601,7 @@ func (s *suite) startFleet(t *testing.T, name string, n int, ttl time.Duration) 
 		wg.Add(1)
 		go func() { // ends when the worker's output does (its cleanup kills it) or the test does
 			defer wg.Done()
-			for ev := range w.events {
+			for ev := range w.Events() {
 				select {
 				case f.events <- ev:
 				case <-stop:
@@ -632,7 +633,7 @@ func (f *fleet) until(t *testing.T, name string, w *worker, timeout time.Duratio
 			if ev.Name == "fail" {
 				t.Fatalf("worker %d failed: %v", ev.Worker, ev.Fields)
 			}
-			if ev.Name == name && (w == nil || ev.Worker == w.index) {
+			if ev.Name == name && (w == nil || ev.Worker == w.Index()) {
 				return ev
 			}
 		case <-deadline:
@@ -647,7 +648,7 @@ func (f *fleet) finish(t *testing.T, dead *worker) {
 	t.Helper()
 	for _, w := range f.ws {
 		if w != dead {
-			w.signal(t, syscall.SIGTERM)
+			w.Signal(t, syscall.SIGTERM)
 		}
 	}
 	deadline := time.After(30 * time.Second)
@@ -670,9 +671,9 @@ func (f *fleet) finish(t *testing.T, dead *worker) {
 		if w == dead {
 			continue
 		}
-		<-w.exited
-		if w.err != nil {
-			t.Errorf("worker %d: %v; stderr:\n%s", w.index, w.err, w.stderr.String())
+		<-w.Exited()
+		if w.Err() != nil {
+			t.Errorf("worker %d: %v; stderr:\n%s", w.Index(), w.Err(), w.Stderr())
 		}
 	}
 	slices.SortFunc(f.all, func(a, b event) int { return int(a.At - b.At) })
@@ -697,7 +698,7 @@ func (s *suite) testElectKilledLeader(t *testing.T) {
 	f := s.startFleet(t, name, 3, ttl)
 	first := f.ws[f.until(t, "leading", nil, 30*time.Second).Worker]
 	f.until(t, "tick", first, 10*time.Second) // it works as leader
-	first.kill(t)
+	first.Kill(t)
 	killed := monotonic()
 	ev := f.until(t, "leading", nil, 3*ttl+10*time.Second)
 	failover := ev.At - killed
@@ -713,7 +714,7 @@ func (s *suite) testElectKilledLeader(t *testing.T) {
 	leading := map[int]uint64{} // worker -> term, while it leads
 	var maxTerm uint64
 	for _, ev := range f.all {
-		if ev.Worker == first.index && ev.At > killed {
+		if ev.Worker == first.Index() && ev.At > killed {
 			t.Fatalf("event of the killed worker after its death: %v", ev)
 		}
 		switch ev.Name {
@@ -721,7 +722,7 @@ func (s *suite) testElectKilledLeader(t *testing.T) {
 			// The killed leader leads until its death; its term ends on
 			// the server later, so the failover cannot overlap it.
 			if ev.At > killed {
-				delete(leading, first.index)
+				delete(leading, first.Index())
 			}
 			if len(leading) > 0 {
 				t.Errorf("worker %d leads (term %s) while %v lead", ev.Worker, ev.Fields[0], leading)
@@ -754,7 +755,7 @@ func (s *suite) testElectPausedLeader(t *testing.T) {
 	ev := f.until(t, "leading", nil, 30*time.Second)
 	paused, term1 := f.ws[ev.Worker], termOf(ev)
 	f.until(t, "tick", paused, 10*time.Second)
-	paused.signal(t, syscall.SIGSTOP)
+	paused.Signal(t, syscall.SIGSTOP)
 	stoppedAt := monotonic()
 	ev = f.until(t, "leading", nil, 3*ttl+10*time.Second)
 	term2 := termOf(ev)
@@ -764,7 +765,7 @@ func (s *suite) testElectPausedLeader(t *testing.T) {
 		t.Fatalf("term %d after the paused leader's term %d", term2, term1)
 	}
 	f.until(t, "tick", f.ws[ev.Worker], 10*time.Second) // the new leader writes
-	paused.signal(t, syscall.SIGCONT)
+	paused.Signal(t, syscall.SIGCONT)
 	resumed := monotonic()
 	ev = f.until(t, "stopped", paused, 10*time.Second)
 	if ev.Fields[1] != "lost" {
@@ -785,12 +786,12 @@ func (s *suite) testElectPausedLeader(t *testing.T) {
 		}
 		switch term := termOf(ev); {
 		case term >= highest:
-			if ev.Worker == paused.index && highest > term1 {
+			if ev.Worker == paused.Index() && highest > term1 {
 				t.Errorf("the stale leader's write with term %d was accepted after term %d", term, highest)
 			}
 			highest = term
 		default:
-			if ev.Worker != paused.index || term != term1 {
+			if ev.Worker != paused.Index() || term != term1 {
 				t.Errorf("worker %d wrote with term %d after term %d", ev.Worker, term, highest)
 			}
 			rejected++

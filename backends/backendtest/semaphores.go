@@ -14,6 +14,7 @@ import (
 
 	"github.com/dsync-dev/dsync"
 	"github.com/dsync-dev/dsync/backends"
+	"github.com/dsync-dev/dsync/internal/proc"
 	"github.com/dsync-dev/dsync/semaphore"
 )
 
@@ -323,18 +324,18 @@ func (s *suite) testSemHammer(t *testing.T) {
 
 func init() {
 	// sem-cycle: acquire, hold for "hold", release; "rounds" times.
-	registerWorker("sem-cycle", func(ctx context.Context, b *dsync.Backend, a workerArgs, emit func(string, ...string)) error {
-		sem, err := semaphore.New(b, a.str("name"), a.int("size"), nil)
+	registerWorker("sem-cycle", func(ctx context.Context, b *dsync.Backend, a workerArgs, emit proc.Emit) error {
+		sem, err := semaphore.New(b, a.Str("name"), a.Int("size"), nil)
 		if err != nil {
 			return err
 		}
-		for range a.int("rounds") {
+		for range a.Int("rounds") {
 			p, err := sem.Acquire(ctx)
 			if err != nil {
 				return err
 			}
 			emit("acquired", strconv.FormatUint(p.Token(), 10))
-			time.Sleep(a.duration("hold"))
+			time.Sleep(a.Duration("hold"))
 			emit("releasing")
 			if err := p.Release(ctx); err != nil {
 				return err
@@ -343,8 +344,8 @@ func init() {
 		return nil
 	})
 	// sem-hold: acquire one permit, keep it (auto-extended) until killed.
-	registerWorker("sem-hold", func(ctx context.Context, b *dsync.Backend, a workerArgs, emit func(string, ...string)) error {
-		sem, err := semaphore.New(b, a.str("name"), a.int("size"), &semaphore.Options{TTL: a.duration("ttl"), AutoExtend: true})
+	registerWorker("sem-hold", func(ctx context.Context, b *dsync.Backend, a workerArgs, emit proc.Emit) error {
+		sem, err := semaphore.New(b, a.Str("name"), a.Int("size"), &semaphore.Options{TTL: a.Duration("ttl"), AutoExtend: true})
 		if err != nil {
 			return err
 		}
@@ -379,7 +380,7 @@ func (s *suite) testSemProcessHammer(t *testing.T) {
 	}
 	var evs []event
 	for _, w := range ws {
-		evs = append(evs, w.wait(t, 2*time.Minute)...)
+		evs = append(evs, w.Wait(t, 2*time.Minute)...)
 	}
 	most, sections := mostInside(evs)
 	if most > size {
@@ -404,12 +405,12 @@ func (s *suite) testSemKilledHolder(t *testing.T) {
 	args := map[string]string{"name": name, "size": "2", "ttl": ttl.String()}
 	doomed, alive := s.startWorker(t, "sem-hold", args), s.startWorker(t, "sem-hold", args)
 	for _, w := range []*worker{doomed, alive} {
-		w.expect(t, "ready", 30*time.Second)
-		w.expect(t, "acquired", 30*time.Second)
+		w.Expect(t, "ready", 30*time.Second)
+		w.Expect(t, "acquired", 30*time.Second)
 	}
 	sem := newSemaphore(t, s.backend(t), name, 2, &semaphore.Options{TTL: ttl})
 	wantFull(t, ctx, sem)
-	doomed.kill(t)
+	doomed.Kill(t)
 	killed := time.Now()
 	var p dsync.Permit
 	eventually(t, 3*ttl+10*time.Second, "the killed holder's permit back", func() bool {
@@ -426,8 +427,8 @@ func (s *suite) testSemKilledHolder(t *testing.T) {
 		wantFull(t, ctx, sem)
 		time.Sleep(ttl / 4)
 	}
-	alive.signal(t, syscall.SIGTERM)
-	alive.wait(t, 30*time.Second)
+	alive.Signal(t, syscall.SIGTERM)
+	alive.Wait(t, 30*time.Second)
 }
 
 // mostInside replays the "acquired" and "releasing" events of workers in

@@ -40,7 +40,7 @@ func TestAcquireBadInput(t *testing.T) {
 		{"negative limit", with(func(r *backends.Request) { r.Limit = -1 }), "limit", backends.ErrInvalid},
 		{"limit over max", with(func(r *backends.Request) { r.Limit = 1<<20 + 1 }), "limit", backends.ErrInvalid},
 		{"value too large", with(func(r *backends.Request) { r.Value = make([]byte, backends.MaxValueSize+1) }), "value", backends.ErrInvalid},
-		{"mismatched limit", with(func(r *backends.Request) { r.Key = "sem"; r.Limit = 3 }), "limit", backends.ErrInvalid},
+		{"mismatched limit", with(func(r *backends.Request) { r.Key = "sem"; r.Limit = 3 }), "size", backends.ErrInvalid},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -32,11 +32,10 @@ func (d *Driver) WatchReleases(ctx context.Context, key string) (backends.Subscr
 	s := &mergedSub{c: make(chan struct{}, 1), stop: make(chan struct{})}
 	subscribed := make(chan bool, len(d.nodes)) // never blocks a sender
 	for _, n := range d.nodes {
-		d.wg.Add(1)
-		go func() {
-			defer d.wg.Done()
-			s.forward(d.ctx, n, key, nt, subscribed)
-		}()
+		if !d.spawn(func() { s.forward(d.ctx, n, key, nt, subscribed) }) {
+			s.Close()
+			return nil, backends.ErrClosed
+		}
 	}
 	for ok, answered := 0, 0; ok < d.quorum && answered < len(d.nodes); answered++ {
 		select {

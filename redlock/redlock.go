@@ -83,12 +83,18 @@ type Driver struct {
 	caps        backends.Capabilities
 
 	// ctx parents every node request, so that Close can cut stragglers
-	// short; wg counts the goroutines of fan-outs and stragglers.
+	// short; wg counts the goroutines of fan-outs and stragglers, which
+	// spawn starts.
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	closed atomic.Bool
 	once   sync.Once
+
+	// spawnMu orders every wg.Add before Close's wg.Wait or after none:
+	// a WaitGroup must not be added to from zero while it is waited on.
+	spawnMu  sync.Mutex
+	stopping bool // Close has begun; protected by spawnMu
 
 	mu    sync.Mutex        // protects holds
 	holds map[holdRef]*hold // while an attempt has nodes in flight
@@ -371,9 +377,7 @@ func (d *Driver) round(ctx context.Context, t target, req backends.Request, nt t
 		}
 		r.h.pending++
 		d.mu.Unlock()
-		d.wg.Add(1)
-		go func() {
-			defer d.wg.Done()
+		started := d.spawn(func() {
 			nctx, cancel := context.WithDeadline(d.ctx, deadline)
 			g, err := t.acquire(nctx, n, req)
 			cancel()
@@ -388,7 +392,10 @@ func (d *Driver) round(ctx context.Context, t target, req backends.Request, nt t
 				}
 			}
 			d.landed(r.ref, r.h, v, r.votes)
-		}()
+		})
+		if !started {
+			d.landed(r.ref, r.h, vote{node: n, err: backends.ErrClosed}, r.votes)
+		}
 	}
 	r.seen, r.granted, r.refused = d.collect(ctx, r.votes, start.Add(nt))
 	return r
@@ -527,14 +534,16 @@ func (d *Driver) fanOut(ctx context.Context, nt time.Duration, all bool, op func
 			}
 		}
 		wg.Add(1)
-		d.wg.Add(1)
-		go func() {
-			defer d.wg.Done()
+		started := d.spawn(func() {
 			defer wg.Done()
 			nctx, cancel := context.WithTimeout(ctx, nt)
 			errs[i] = op(nctx, n)
 			cancel()
-		}()
+		})
+		if !started {
+			errs[i] = backends.ErrClosed
+			wg.Done()
+		}
 	}
 	wg.Wait()
 	var merr *multierror.Error
@@ -735,6 +744,9 @@ func (d *Driver) Close() error {
 	var err error
 	d.once.Do(func() {
 		d.closed.Store(true)
+		d.spawnMu.Lock()
+		d.stopping = true
+		d.spawnMu.Unlock()
 		d.cancel()
 		d.wg.Wait()
 		var merr *multierror.Error
@@ -746,6 +758,22 @@ func (d *Driver) Close() error {
 		err = merr.ErrorOrNil()
 	})
 	return err
+}
+
+// spawn runs f on a goroutine of the driver's, which Close awaits, unless
+// Close has begun; it reports whether f was started.
+func (d *Driver) spawn(f func()) bool {
+	d.spawnMu.Lock()
+	defer d.spawnMu.Unlock()
+	if d.stopping {
+		return false
+	}
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		f()
+	}()
+	return true
 }
 
 // QuarantineCheck returns an error matching ErrQuarantined, naming the

@@ -1,6 +1,7 @@
 package redlock_test
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -612,5 +613,54 @@ func TestNaiveQuorumSemaphoreOverAdmits(t *testing.T) {
 	}
 	if !slices.Equal(holders, []string{"A", "B"}) {
 		t.Errorf("holders %v, want [A B]: A and B reach 3 nodes free of each other's slot", holders)
+	}
+}
+
+// TestCloseDuringCalls closes a driver while goroutines keep calling it
+// (locks and semaphores, acquire, refresh, release, watch): every call
+// returns, the race detector sees no start of a goroutine racing with
+// Close's wait for them, and calls after Close fail with ErrClosed.
+func TestCloseDuringCalls(t *testing.T) {
+	t.Parallel()
+	servers := agedServers(t, 3, nil)
+	url := redlockURL(servers, faultQuery(""))
+	for round := range 20 {
+		b := open(t, url)
+		d := b.Driver().(*redlock.Driver)
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		for g := range 3 {
+			wg.Go(func() {
+				ctx := context.Background()
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					r := semReq(fmt.Sprintf("close-%d-%d", round, g%3), 1+g%3, faultMaxTTL)
+					gr, err := d.Acquire(ctx, r)
+					if err != nil {
+						if sub, err := d.WatchReleases(ctx, r.Key); err == nil {
+							sub.Close()
+						}
+						continue
+					}
+					key := cmp.Or(gr.Key, r.Key)
+					_ = d.Refresh(ctx, key, r.Token, faultMaxTTL)
+					_, _ = d.Holder(ctx, r.Key)
+					_ = d.Release(ctx, key, r.Token)
+				}
+			})
+		}
+		time.Sleep(time.Duration(5+round) * time.Millisecond) // let calls be in flight, at various stages
+		if err := b.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+		close(stop)
+		wg.Wait()
+		if _, err := d.Acquire(context.Background(), semReq("after", 2, faultMaxTTL)); !errors.Is(err, backends.ErrClosed) {
+			t.Errorf("Acquire after Close: %v, want ErrClosed", err)
+		}
 	}
 }

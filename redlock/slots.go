@@ -200,14 +200,15 @@ func (d *Driver) withdrawRound(r *round, nt time.Duration) {
 			continue
 		}
 		wg.Add(1)
-		d.wg.Add(1)
-		go func() {
-			defer d.wg.Done()
+		started := d.spawn(func() {
 			defer wg.Done()
 			ctx, cancel := context.WithTimeout(d.ctx, nt)
 			_ = r.h.t.withdraw(ctx, v.node, r.ref.token)
 			cancel()
-		}()
+		})
+		if !started {
+			wg.Done() // closed: the hold expires on the node
+		}
 	}
 	wg.Wait()
 }

@@ -64,6 +64,7 @@ func TestConformance(t *testing.T) {
 	backendtest.Run(t, backendtest.Harness{
 		NewBackend: func(t testing.TB) *dsync.Backend { return open(t, url) },
 		ShortTTL:   300 * time.Millisecond,
+		URL:        url,
 	})
 }
 

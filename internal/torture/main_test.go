@@ -1,0 +1,176 @@
+package torture
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"regexp"
+	"testing"
+	"time"
+
+	"github.com/dsync-dev/dsync"
+	_ "github.com/dsync-dev/dsync/backends/etcd"
+	_ "github.com/dsync-dev/dsync/backends/redis"
+	"github.com/dsync-dev/dsync/internal/leakcheck"
+	"github.com/dsync-dev/dsync/internal/proc"
+	"github.com/dsync-dev/dsync/internal/redistest"
+	_ "github.com/dsync-dev/dsync/redlock"
+)
+
+func TestMain(m *testing.M) {
+	proc.RunIfWorker()
+	leakcheck.VerifyTestMain(m)
+}
+
+// Bounds of the scenarios' waits: generous, for two busy cores under the
+// race detector.
+const (
+	readyTimeout = 30 * time.Second
+	stepTimeout  = 20 * time.Second
+	stopTimeout  = 20 * time.Second
+)
+
+// env is one scenario's harness, fenced store and bookkeeping.
+type env struct {
+	t     *testing.T
+	ctx   context.Context
+	h     *Harness
+	store *Store
+	addr  string // the store's address
+	n     int    // workers started
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	s := redistest.Start(t, nil)
+	store := OpenStore(s.Addr())
+	t.Cleanup(func() { _ = store.Close() })
+	spawn := func(role, url string, args map[string]string) (*proc.Worker, error) {
+		return proc.Start(t, role, url, args), nil
+	}
+	e := &env{t: t, ctx: t.Context(), h: New(spawn, store), store: store, addr: s.Addr()}
+	// Stops what a failed scenario left running; after a finished one it
+	// does nothing.
+	t.Cleanup(func() { e.h.Stop(context.Background(), stopTimeout) })
+	return e
+}
+
+var keyChars = regexp.MustCompile(`[^a-zA-Z0-9]+`)
+
+// key is a key unique to the test.
+func key(t *testing.T) string { return keyChars.ReplaceAllString(t.Name(), "-") }
+
+// start starts n workers on url with cfg (ID set per worker).
+func (e *env) start(n int, url string, cfg WorkerConfig) []*Worker {
+	e.t.Helper()
+	var ws []*Worker
+	for range n {
+		c := cfg
+		c.ID = fmt.Sprintf("w%d", e.n)
+		c.Store = e.addr
+		e.n++
+		w, err := e.h.Start(url, c)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		ws = append(ws, w)
+	}
+	return ws
+}
+
+func (e *env) ready() {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(e.ctx, readyTimeout)
+	defer cancel()
+	if err := e.h.AwaitReady(ctx); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// await waits for an event at or after from that matches.
+func (e *env) await(from int, match func(proc.Event) bool, what string) (proc.Event, int) {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(e.ctx, stepTimeout)
+	defer cancel()
+	ev, next, err := e.h.Await(ctx, from, match)
+	if err != nil {
+		e.t.Fatalf("waiting for %s: %v", what, err)
+	}
+	return ev, next
+}
+
+// awaitCount waits for n events at or after from that match.
+func (e *env) awaitCount(from, n int, match func(proc.Event) bool, what string) int {
+	e.t.Helper()
+	for range n {
+		_, from = e.await(from, match, what)
+	}
+	return from
+}
+
+func (e *env) inject(f Fault) *Injection {
+	e.t.Helper()
+	in, err := e.h.Inject(e.ctx, f)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return in
+}
+
+func (e *env) heal(in *Injection) {
+	e.t.Helper()
+	if err := e.h.Heal(e.ctx, in); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// finish stops the workers, checks that nothing stays held on key (if b
+// is not nil) and runs the checks.
+func (e *env) finish(prim, key string, spec Spec, b *dsync.Backend) *Report {
+	e.t.Helper()
+	left := e.h.Stop(e.ctx, stopTimeout)
+	if b != nil {
+		CheckReleased(e.ctx, left, b, key, spec.TTL+5*time.Second)
+	}
+	rep, err := e.h.Check(e.ctx, Resource(prim, key), spec, left)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	rep.Title = e.t.Name()
+	var buf bytes.Buffer
+	rep.WriteText(&buf)
+	e.t.Log("\n" + buf.String())
+	return rep
+}
+
+// wantOK fails the test unless every check passed.
+func wantOK(t *testing.T, rep *Report) {
+	t.Helper()
+	if !rep.OK() {
+		t.Errorf("checks failed: %v", rep.Failed())
+	}
+}
+
+// wantViolation fails the test unless check found a violation: a
+// negative control.
+func wantViolation(t *testing.T, rep *Report, check string) *Result {
+	t.Helper()
+	r := rep.Result(check)
+	if r == nil || r.OK() {
+		t.Errorf("negative control: the %s check found no violation in a setup built to violate it", check)
+		return r
+	}
+	t.Logf("negative control: %s found %d violations, as it must: %s", check, r.Count(), r.Violations[0])
+	return r
+}
+
+// open opens url in the test process, closed by the test's cleanup.
+func open(t *testing.T, url string) *dsync.Backend {
+	t.Helper()
+	b, err := dsync.Open(t.Context(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	return b
+}

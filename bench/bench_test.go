@@ -59,7 +59,7 @@ func TestContended(t *testing.T) {
 	b := memoryBackend(t)
 	dt := dsyncTarget("memory", "", b, "", &locker.Options{TTL: lockTTL})
 	defer dt.close()
-	s, err := runContended(ctx, dt, 4, 1, "k", 50*time.Microsecond, 200*time.Millisecond)
+	s, err := runContended(ctx, dt, 4, 1, "k", 50*time.Microsecond, true, 200*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +71,7 @@ func TestContended(t *testing.T) {
 	}
 
 	broken := &target{name: "no lock", newWorker: func(context.Context) (worker, error) { return noLock{}, nil }}
-	s, err = runContended(ctx, broken, 4, 1, "k", 200*time.Microsecond, 100*time.Millisecond)
+	s, err = runContended(ctx, broken, 4, 1, "k", 200*time.Microsecond, true, 100*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -308,7 +308,7 @@ func (r *runner) plan(srv *servers, targets, semFree, semPool []*target) []step 
 			for _, t := range targets {
 				if t.contended {
 					add(sc, t, func(ctx context.Context, round int, rd *Round) error {
-						s, err := runContended(ctx, t, cfg.Contenders, 1, nextKey("c"), work, warm(round, contSlice))
+						s, err := runContended(ctx, t, cfg.Contenders, 1, nextKey("c"), work, true, warm(round, contSlice))
 						if err == nil {
 							putC(&rd.Contention, t.id(), s)
 						}
@@ -329,7 +329,7 @@ func (r *runner) plan(srv *servers, targets, semFree, semPool []*target) []step 
 			}
 			for _, t := range semPool {
 				add(sc+" pool", t, func(ctx context.Context, round int, rd *Round) error {
-					s, err := runContended(ctx, t, semPoolWorkers, semPoolSize, nextKey("sp"), semPoolWork, warm(round, contSlice))
+					s, err := runContended(ctx, t, semPoolWorkers, semPoolSize, nextKey("sp"), semPoolWork, false, warm(round, contSlice))
 					if err == nil {
 						putC(&rd.SemPool, t.id(), s)
 					}

@@ -144,14 +144,15 @@ func runCycles(ctx context.Context, t *target, n int, d time.Duration, keyOf fun
 }
 
 // runContended runs n goroutines that lock key on t over and over for d,
-// each staying inside for work (a busy loop, as CPU-bound work would),
-// at most capacity of them at once. It counts acquisitions obtained before
+// each staying inside for work, at most capacity of them at once: busy
+// (a loop, as CPU-bound work would) or asleep (as a holder waiting on I/O
+// would: more busy holders than CPUs would measure the scheduler instead). It counts acquisitions obtained before
 // the end (later ones are released at once and not counted), handoffs and
 // their latency (from the previous holder leaving the critical section,
 // before its unlock call, to the next goroutine's lock returning), the
 // longest wait, each goroutine's acquisitions, and entries that made more
 // than capacity holders inside at once.
-func runContended(ctx context.Context, t *target, n, capacity int, key string, work, d time.Duration) (ContSample, error) {
+func runContended(ctx context.Context, t *target, n, capacity int, key string, work time.Duration, busy bool, d time.Duration) (ContSample, error) {
 	workers, err := t.workerSet(ctx, n)
 	if err != nil {
 		return ContSample{}, err
@@ -213,7 +214,11 @@ func runContended(ctx context.Context, t *target, n, capacity int, key string, w
 					handoffs = append(handoffs, got.Sub(released))
 				}
 				mu.Unlock()
-				spin(work)
+				if busy {
+					spin(work)
+				} else {
+					time.Sleep(work)
+				}
 				mu.Lock()
 				lastOwner, released = g, time.Now()
 				mu.Unlock()

@@ -184,6 +184,7 @@ func checks(s *Summary) []Check {
 	} {
 		d := find(unc, cycTarget, c.group, "dsync")
 		nf := find(unc, cycTarget, c.group, "dsync (no fencing)")
+		try := find(unc, cycTarget, c.group, "dsync ("+variantTry+")")
 		if d == nil {
 			continue
 		}
@@ -196,6 +197,9 @@ func checks(s *Summary) []Check {
 		m := fmt.Sprintf("dsync %s", fmtSpread(d.VsFloor, "x"))
 		if nf != nil {
 			m += fmt.Sprintf("; without fencing %s", fmtSpread(nf.VsFloor, "x"))
+		}
+		if try != nil {
+			m += fmt.Sprintf("; TryAcquire (one attempt, no release subscription) %s", fmtSpread(try.VsFloor, "x"))
 		}
 		if bestName != "" {
 			m += fmt.Sprintf("; best peer (%s) %.2fx", bestName, best)
@@ -315,7 +319,7 @@ func markdown(s *Summary) string {
 
 	if len(s.SemFree) > 0 || len(s.SemPool) > 0 {
 		p("\n## Semaphores (dsync only: no Go peer offers them on all three)\n\n")
-		p("Free permit: one goroutine takes and gives back a permit of a semaphore of %d; vs lock = its cost over the same backend's uncontended lock+unlock, same round. Pool: %d goroutines share %d permits, each holding one for %v.\n\n",
+		p("Free permit: one goroutine takes and gives back a permit of a semaphore of %d; vs lock = its cost over the same backend's uncontended lock+unlock, same round. Pool: %d goroutines share %d permits, each holding one for %v (asleep, as a holder waiting on I/O: more busy holders than CPUs would measure the scheduler).\n\n",
 			c.SemFreeSize, c.SemPoolWorkers, c.SemPoolSize, time.Duration(c.SemPoolWork))
 		p("| servers | free permit cycles/s | p50 | p99 | vs lock | pool acquisitions/s | pool worst wait | pool fairness (worst round) | most holders at once | violations |\n|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, g := range []string{groupRedis, groupRedlock, groupEtcd} {

@@ -15,7 +15,8 @@ import (
 // Semaphore scenarios: a free permit of a semaphore of semFreeSize taken
 // and given back by one goroutine; semPoolWorkers goroutines sharing the
 // semPoolSize permits of one semaphore, each holding a permit for
-// semPoolWork (long enough for the permits to be scarce).
+// semPoolWork, asleep (long enough for the permits to be scarce; with more
+// busy holders than CPUs the run would measure Go's scheduler).
 const (
 	semFreeSize    = 4
 	semPoolSize    = 3

@@ -1,6 +1,7 @@
-// Package etcd is the etcd driver for dsync: locks on an etcd cluster, each
-// hold a key bound to its own lease, taken in one transaction and fenced by
-// the key's create revision, with release notices from a watch.
+// Package etcd is the etcd driver for dsync: locks and counting semaphores
+// on an etcd cluster, each hold a key bound to its own lease, taken in one
+// transaction and fenced by the key's create revision, with release notices
+// from a watch.
 //
 // Applications either open it by URL, after a blank import that registers
 // the etcd:// and etcds:// schemes:
@@ -43,19 +44,28 @@
 //     timing). Grant.TTL, and so the lease's TTL and validity, is the value
 //     the cluster granted. A lease keeps the TTL it was granted with:
 //     Refresh with a longer TTL is refused.
+//   - A semaphore never has more than Size live holders: the holders are the
+//     first Size keys of the semaphore by create revision, as one
+//     transaction reads them, and a key's rank can only improve (keys are
+//     created with ever larger revisions; deletions only move keys up).
+//     Fencing tokens are create revisions too, so they grow over every
+//     permit of the semaphore (and every other hold).
 //   - Release notices (WatchReleases) come from a watch of the key's
-//     deletion and are hints. The layer above never relies on them.
+//     deletion (for a semaphore, of its permits') and are hints. The layer
+//     above never relies on them.
 //
 // # Holds and leases
 //
 // With the prefix P (Options.Prefix, always ending in "/") and a lock named
 // N, the hold is the key P+E(N), where E escapes "%" as "%25" and "/" as
 // "%2F": a name is one path segment, so no name nests under another and the
-// keys below P+E(N)+"/" stay free for a later semaphore of that name. Its
-// value is the hold's token, a newline, and the request's value.
+// keys below P+E(N)+"/" are free for the semaphore of that name (see
+// Semaphores). Its value is the hold's token, a newline, and the request's
+// value.
 //
 // Acquire takes a lease and runs one transaction: if the key's create
-// revision is 0 (the key does not exist), put it with the lease. The lease
+// revision is 0 (the key does not exist), and no permit of a semaphore N
+// exists, put it with the lease. The lease
 // is either granted for the attempt or one of the driver's idle leases,
 // renewed on a stream the driver keeps open, in parallel with the
 // transaction. A lease is idle when it holds no key: its attempt lost the
@@ -71,6 +81,49 @@
 // retried release cannot delete a newer hold of the key (etcd's own
 // concurrency.Mutex.Unlock deletes by name). Neither revokes a lease: a
 // lease seen through a stale read may already serve another hold.
+//
+// # Semaphores
+//
+// A semaphore named N of Size permits (Request.Limit > 1) keeps its permits
+// below P+E(N)+"/", the prefix that no lock key can be under. Each permit
+// is a key of its own, bound to its own lease and named after it (in hex);
+// its value is the permit's token, Size and the request's value, each on a
+// line. An attempt takes a lease as a lock's does and runs one transaction:
+// unless the lock key P+E(N) exists, put the permit's key, and read the
+// first Size keys of the prefix by create revision (a transaction's reads
+// see its writes). The permit is granted if its key is among them and they
+// all record the same Size. Otherwise a second transaction deletes the key,
+// so that a try that gets no permit leaves nothing behind, and the attempt
+// returns ErrNotAcquired, or the error of backends.LimitMismatch when the
+// holders it saw record another Size. A free permit therefore costs what a
+// lock costs (two raft writes with its release); a try on a full semaphore
+// costs two writes, or none when the driver's own permits fill it.
+//
+// A lock and a semaphore of one name exclude each other: the lock's
+// transaction also requires that no key exist below the prefix, and the
+// permit's that the lock key not exist. Either attempt fails with the error
+// of LimitMismatch (a lock has size 1).
+//
+// Refresh and Release find a permit from the name and the token (the
+// driver's table, or one read of the lock key and the prefix), and act on
+// that key only, guarded by its create revision as a lock's release is: a
+// stale release never touches another holder. Grant.Key is not used.
+// Holder reports the permit whose lease expires last, reading the holders'
+// TTLs in parallel.
+//
+// Naming permits after leases, which the driver reuses, keeps the number of
+// key names below a prefix small: etcd keeps a deleted key in its index
+// until the next compaction, and every attempt reads the prefix, so a name
+// per attempt would make attempts slower and slower between compactions
+// (a cluster should compact regularly all the same, as every etcd
+// deployment must). A semaphore's size is bounded by MaxSemaphoreSize,
+// since every attempt reads its holders.
+//
+// A watch of a semaphore's releases sees the deletions of permit keys,
+// including those of tries that got no permit. Once an attempt of the
+// driver has found the semaphore full, only the deletion of one of the
+// holders it saw wakes the driver's waiters, so that the tries of many
+// waiting processes do not wake each other in turn.
 //
 // The driver remembers each hold it took (its lease and create revision)
 // so that Refresh and Release cost one round trip less; a hold it does not

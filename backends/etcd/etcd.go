@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -111,7 +112,7 @@ func newDriver(client *clientv3.Client, opts *Options, owned bool) (*Driver, err
 		prefix: prefix,
 		caps: backends.Capabilities{
 			Name:          "etcd",
-			MaxLimit:      1,
+			MaxLimit:      MaxSemaphoreSize,
 			Fencing:       true,
 			TTLResolution: time.Second,
 			MinTTL:        minTTL,
@@ -125,8 +126,9 @@ func newDriver(client *clientv3.Client, opts *Options, owned bool) (*Driver, err
 	return d, nil
 }
 
-// Capabilities reports a lock-only driver with fencing, whole-second TTLs,
-// the cluster's minimum TTL and etcd's maximum (9e9 s). It makes no I/O.
+// Capabilities reports locks and semaphores of up to MaxSemaphoreSize
+// permits, fencing, whole-second TTLs, the cluster's minimum TTL and etcd's
+// maximum (9e9 s). It makes no I/O.
 func (d *Driver) Capabilities() backends.Capabilities { return d.caps }
 
 // Prefix returns the key prefix, always ending in "/".
@@ -135,8 +137,9 @@ func (d *Driver) Prefix() string { return d.prefix }
 // Key returns the etcd key that holds the lock named name: the prefix
 // followed by name with "%" and "/" escaped as "%25" and "%2F". A resource
 // stored in etcd can compare the fencing token with this key's create
-// revision (see the package example). It returns an *InvalidError for an
-// empty name.
+// revision (see the package example). The permits of a semaphore of that
+// name live below this key and a "/" (see SemaphorePrefix). It returns an
+// *InvalidError for an empty name.
 func (d *Driver) Key(name string) (string, error) {
 	if name == "" {
 		return "", backends.Invalid("key", "empty")
@@ -144,9 +147,9 @@ func (d *Driver) Key(name string) (string, error) {
 	return d.prefix + escapeName(name), nil
 }
 
-// escapeName makes a lock name one path segment: no name can then nest
-// under another (or under the keys a semaphore will keep below its own
-// name), and distinct names stay distinct.
+// escapeName makes a name one path segment: no name can then nest under
+// another, or under the permit keys a semaphore keeps below its own name,
+// and distinct names stay distinct.
 func escapeName(name string) string {
 	if !strings.ContainsAny(name, "%/") {
 		return name
@@ -229,14 +232,43 @@ func (d *Driver) begin(key, token string) (string, error) {
 	return k, nil
 }
 
-// Acquire makes one attempt to hold req.Key: it takes a lease (a fresh
-// grant, or an idle lease of the driver's, renewed in parallel with the
-// transaction) and runs one transaction that puts the key with that lease
-// if the key does not exist. It returns ErrNotAcquired when the key is
-// held; when the holder is a hold of this driver's whose lease is alive for
-// sure, it says so without asking the cluster. Grant.Fence is the key's
-// create revision; Grant.TTL is the lease's TTL as the server applied it:
-// req.TTL rounded up to whole seconds, and raised to the cluster's minimum.
+// attempt is one acquisition: the request and the etcd keys it involves.
+type attempt struct {
+	req   backends.Request
+	limit int    // req.Limit, at least 1
+	lk    string // the lock key of req.Key
+	sp    string // the prefix of the keys of req.Key's permits: lk + "/"
+	hk    string // the hold's key: lk for a lock, below sp for a permit (set with its lease)
+	val   string // the hold's stored value
+	secs  int64  // the lease TTL in whole seconds
+}
+
+// Acquire makes one attempt to hold req.Key: a lock when req.Limit is 0 or
+// 1, a permit of a semaphore of req.Limit permits otherwise. It takes a
+// lease (a fresh grant, or an idle lease of the driver's, renewed in
+// parallel with the transaction) and runs one transaction on the cluster:
+//
+//   - a lock puts the lock key with that lease if the key does not exist and
+//     no permit of a semaphore of the same name does;
+//   - a permit puts its own key below the semaphore's prefix, unless the
+//     name is held as a lock, and reads the first req.Limit keys there by
+//     create revision: the permit is granted if its key is among them, and
+//     their recorded sizes agree with req.Limit. Otherwise a second
+//     transaction deletes the key, so that an attempt that gets no permit
+//     leaves nothing behind.
+//
+// It returns ErrNotAcquired when the lock is held or every permit is taken;
+// when the driver's own holds fill the key and their leases are alive for
+// sure, it says so without asking the cluster. It returns the error of
+// backends.LimitMismatch when the name's live holds were taken with another
+// limit (a lock has limit 1). Grant.Fence is the hold's key's create
+// revision; Grant.TTL is the lease's TTL as the server applied it: req.TTL
+// rounded up to whole seconds, and raised to the cluster's minimum.
+// Grant.Key is not set: Refresh and Release find a permit from the name and
+// the token.
+//
+// Any other error leaves the outcome unknown, as the SPI says; a release of
+// req.Key and req.Token removes whatever the attempt left.
 func (d *Driver) Acquire(ctx context.Context, req backends.Request) (backends.Grant, error) {
 	if d.closed.Load() {
 		return backends.Grant{}, backends.ErrClosed
@@ -244,7 +276,7 @@ func (d *Driver) Acquire(ctx context.Context, req backends.Request) (backends.Gr
 	if err := backends.CheckRequest(req, d.caps); err != nil {
 		return backends.Grant{}, err
 	}
-	k, err := d.begin(req.Key, req.Token)
+	lk, err := d.begin(req.Key, req.Token)
 	if err != nil {
 		return backends.Grant{}, err
 	}
@@ -252,19 +284,19 @@ func (d *Driver) Acquire(ctx context.Context, req backends.Request) (backends.Gr
 	if err != nil {
 		return backends.Grant{}, err
 	}
-	val := encodeValue(req.Token, req.Value)
+	a := attempt{req: req, limit: max(req.Limit, 1), lk: lk, sp: lk + "/", secs: secs}
+	if a.limit == 1 {
+		a.hk, a.val = lk, encodeValue(req.Token, req.Value)
+	} else {
+		a.val = encodePermitValue(req.Token, a.limit, req.Value)
+	}
 
 	now := time.Now()
-	if d.holds.held(req.Key, now) {
-		// A hold of this driver's has the key, and its lease is alive: the
-		// cluster would say no, at the cost of a raft write. This is what a
-		// process's waiters mostly meet: the one at the head of the line
-		// tries while another holds.
-		d.notify.held(k, d.rev.Load())
+	if d.fullHere(a, now) {
 		return backends.Grant{}, backends.ErrNotAcquired
 	}
 	if l, ok := d.pool.get(secs, now); ok {
-		g, err := d.acquireReused(ctx, req, k, val, l)
+		g, err := d.acquireOn(ctx, a, l, true)
 		if !errors.Is(err, errStaleLease) {
 			return g, err
 		}
@@ -277,119 +309,171 @@ func (d *Driver) Acquire(ctx context.Context, req backends.Request) (backends.Gr
 		return backends.Grant{}, d.wrap(err)
 	}
 	d.seen(resp.ResponseHeader)
-	l := idleLease{id: resp.ID, secs: secs, ttl: resp.TTL, renewed: sent}
-	tr, err := d.txnPut(ctx, k, val, l.id)
-	if err != nil {
-		return backends.Grant{}, d.wrap(err)
+	return d.acquireOn(ctx, a, idleLease{id: resp.ID, secs: secs, ttl: resp.TTL, renewed: sent}, false)
+}
+
+// fullHere reports whether the driver's own holds fill a's key, with
+// leases alive for sure at now: the cluster would refuse the attempt, at
+// the cost of a raft write (two for a permit). This is what a process's
+// waiters mostly meet: the one at the head of the line tries while others
+// of the process hold.
+func (d *Driver) fullHere(a attempt, now time.Time) bool {
+	if a.limit == 1 {
+		if !d.holds.held(a.req.Key, now) {
+			return false
+		}
+		d.notify.refused(a.lk, d.rev.Load(), nil)
+		return true
 	}
-	return d.acquired(req, k, tr, l)
+	keys := d.holds.permits(a.req.Key, a.limit, now)
+	if len(keys) < a.limit {
+		return false
+	}
+	d.notify.refused(a.lk, d.rev.Load(), keys)
+	return true
 }
 
 // errStaleLease: a reused lease was gone before the transaction applied.
 var errStaleLease = errors.New("etcd: idle lease expired")
 
-// acquireReused attempts the acquisition with an idle lease, renewing it
-// while the transaction runs: either order leaves the lease expiring no
-// earlier than a full TTL after this call started, which is what the layer
-// above counts on.
-func (d *Driver) acquireReused(ctx context.Context, req backends.Request, k, val string, l idleLease) (backends.Grant, error) {
+// acquireOn runs a's transaction with lease l. A reused idle lease is
+// renewed while the transaction runs: either order leaves the lease
+// expiring no earlier than a full TTL after this call started, which is
+// what the layer above counts on. It returns errStaleLease when a reused
+// lease turned out to be gone, and the transaction wrote nothing.
+func (d *Driver) acquireOn(ctx context.Context, a attempt, l idleLease, reused bool) (backends.Grant, error) {
+	if a.limit > 1 {
+		a.hk = permitKey(a.lk, l.id)
+	}
+	var wait func(context.Context) (*pb.LeaseKeepAliveResponse, error)
 	sent := time.Now()
-	wait := d.renew.send(ctx, l.id)
-	tr, terr := d.txnPut(ctx, k, val, l.id)
-	var ka struct {
-		ttl int64
-		err error
+	if reused {
+		wait = d.renew.send(ctx, l.id)
 	}
-	if resp, err := wait(ctx); err != nil {
-		ka.err = err
-	} else {
-		d.seen(resp.Header)
-		ka.ttl = resp.TTL
+	tr, err := d.txnAcquire(ctx, a, l.id)
+	var kaErr error
+	if reused {
+		if ka, werr := wait(ctx); werr != nil {
+			kaErr = werr
+		} else {
+			d.seen(ka.Header)
+			l.renewed, l.ttl = sent, ka.TTL
+		}
 	}
-
-	switch {
-	case terr != nil:
-		if errors.Is(terr, rpctypes.ErrLeaseNotFound) {
+	if err != nil {
+		if reused && errors.Is(err, rpctypes.ErrLeaseNotFound) {
 			return backends.Grant{}, errStaleLease
 		}
-		return backends.Grant{}, d.wrap(terr)
-	case !tr.Succeeded:
-		if ka.err == nil {
-			l.renewed, l.ttl = sent, ka.ttl
-			d.pool.put(l, time.Now()) // the lease holds no key
-		}
-		d.notify.held(k, tr.Header.Revision)
-		return backends.Grant{}, backends.ErrNotAcquired
-	case ka.err != nil:
-		// The key is on a lease whose renewal failed: its life may end
-		// before a full TTL from the start of this call, so this is no
-		// success. Record the hold so that the release the layer above
-		// makes is quick.
-		d.holds.put(req.Key, req.Token, hold{lease: l.id, rev: tr.Header.Revision, secs: l.secs, ttl: l.ttl, renewed: l.renewed})
-		return backends.Grant{}, fmt.Errorf("etcd: renewing the lease for the hold: %w", d.wrap(ka.err))
+		return backends.Grant{}, d.wrap(err)
 	}
-	l.renewed, l.ttl = sent, ka.ttl
-	return d.acquired(req, k, tr, l)
+	h := hold{key: a.hk, limit: a.limit, lease: l.id, rev: tr.Header.Revision, secs: l.secs, ttl: l.ttl, renewed: l.renewed}
+	if a.limit > 1 {
+		return d.permitOutcome(ctx, a, tr, h, kaErr)
+	}
+	if !tr.Succeeded {
+		if kaErr == nil {
+			d.pool.put(h.idle(), time.Now()) // the lease holds no key
+		}
+		if kvs := tr.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
+			if _, limit, _, ok := decodePermitValue(kvs[0].Value); ok {
+				return backends.Grant{}, backends.LimitMismatch(a.req.Key, 1, limit)
+			}
+		}
+		d.notify.refused(a.lk, tr.Header.Revision, nil)
+		return backends.Grant{}, backends.ErrNotAcquired
+	}
+	return d.granted(a, h, kaErr)
 }
 
-// txnPut is the acquisition: put k on lease if k does not exist.
-func (d *Driver) txnPut(ctx context.Context, k, val string, lease clientv3.LeaseID) (*clientv3.TxnResponse, error) {
-	resp, err := d.client.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).
-		Then(clientv3.OpPut(k, val, clientv3.WithLease(lease))).
-		Commit()
+// txnAcquire is the acquisition's transaction, with lease.
+func (d *Driver) txnAcquire(ctx context.Context, a attempt, lease clientv3.LeaseID) (*clientv3.TxnResponse, error) {
+	txn := d.client.Txn(ctx)
+	if a.limit == 1 {
+		txn = txn.If(
+			clientv3.Compare(clientv3.CreateRevision(a.lk), "=", 0),
+			clientv3.Compare(clientv3.CreateRevision(a.sp), "=", 0).WithPrefix(), // no permit of the name
+		).Then(
+			clientv3.OpPut(a.lk, a.val, clientv3.WithLease(lease)),
+		).Else(
+			clientv3.OpGet(a.sp, clientv3.WithFirstCreate()...),
+		)
+	} else {
+		txn = txn.If(
+			clientv3.Compare(clientv3.CreateRevision(a.hk), "=", 0),
+			clientv3.Compare(clientv3.CreateRevision(a.lk), "=", 0), // the name is no lock's
+		).Then(
+			clientv3.OpPut(a.hk, a.val, clientv3.WithLease(lease)),
+			// A transaction's reads see its writes: the new key is among
+			// these if it is one of the first a.limit.
+			clientv3.OpGet(a.sp, clientv3.WithPrefix(),
+				clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend),
+				clientv3.WithLimit(int64(a.limit))),
+		).Else(
+			clientv3.OpGet(a.lk, clientv3.WithCountOnly()),
+		)
+	}
+	resp, err := txn.Commit()
 	if err == nil {
 		d.seen(resp.Header)
 	}
 	return resp, err
 }
 
-// acquired turns a transaction's outcome into the result of Acquire.
-func (d *Driver) acquired(req backends.Request, k string, tr *clientv3.TxnResponse, l idleLease) (backends.Grant, error) {
-	if !tr.Succeeded {
-		d.pool.put(l, time.Now()) // the lease holds no key
-		d.notify.held(k, tr.Header.Revision)
-		return backends.Grant{}, backends.ErrNotAcquired
+// granted records the hold h that a's transaction created and returns the
+// grant, or, when renewing its reused lease failed (kaErr), an error: the
+// key is on a lease whose life may end before a full TTL from the start of
+// the call, so this is no success. The hold is recorded either way, so that
+// the release the layer above then makes is quick.
+func (d *Driver) granted(a attempt, h hold, kaErr error) (backends.Grant, error) {
+	d.holds.put(a.req.Key, a.req.Token, h)
+	if kaErr != nil {
+		return backends.Grant{}, fmt.Errorf("etcd: renewing the lease for the hold: %w", d.wrap(kaErr))
 	}
-	rev := tr.Header.Revision
-	d.holds.put(req.Key, req.Token, hold{lease: l.id, rev: rev, secs: l.secs, ttl: l.ttl, renewed: l.renewed})
-	g := backends.Grant{TTL: time.Duration(l.ttl) * time.Second}
-	if req.Fence {
-		g.Fence = uint64(rev)
+	g := backends.Grant{TTL: time.Duration(h.ttl) * time.Second}
+	if a.req.Fence {
+		g.Fence = uint64(h.rev)
 	}
 	return g, nil
 }
 
 // lookup returns the hold of key and token, from the driver's table or
 // else read from the server (a hold taken by another driver, or dropped
-// from the table), or ErrNotHeld.
-func (d *Driver) lookup(ctx context.Context, key, token, k string) (h hold, fromServer bool, err error) {
+// from the table), or ErrNotHeld. lk is key's lock key. One read finds a
+// lock hold or a permit: it reads the lock key and the semaphore's keys,
+// and looks for the token in their values.
+func (d *Driver) lookup(ctx context.Context, key, token, lk string) (h hold, fromServer bool, err error) {
 	if h, ok := d.holds.get(key, token); ok {
 		return h, false, nil
 	}
-	resp, err := d.client.Get(ctx, k)
+	resp, err := d.client.Txn(ctx).Then(
+		clientv3.OpGet(lk),
+		clientv3.OpGet(lk+"/", clientv3.WithPrefix()),
+	).Commit()
 	if err != nil {
 		return hold{}, true, d.wrap(err)
 	}
 	d.seen(resp.Header)
-	if len(resp.Kvs) == 0 {
-		return hold{}, true, backends.ErrNotHeld
+	for _, kv := range resp.Responses[0].GetResponseRange().GetKvs() {
+		if t, _ := decodeValue(kv.Value); t == token && kv.Lease != 0 {
+			return hold{key: lk, limit: 1, lease: clientv3.LeaseID(kv.Lease), rev: kv.CreateRevision}, true, nil
+		}
 	}
-	kv := resp.Kvs[0]
-	if t, _ := decodeValue(kv.Value); t != token || kv.Lease == 0 {
-		return hold{}, true, backends.ErrNotHeld
+	for _, kv := range resp.Responses[1].GetResponseRange().GetKvs() {
+		if t, limit, _, ok := decodePermitValue(kv.Value); ok && t == token && kv.Lease != 0 {
+			return hold{key: string(kv.Key), limit: limit, lease: clientv3.LeaseID(kv.Lease), rev: kv.CreateRevision}, true, nil
+		}
 	}
-	return hold{lease: clientv3.LeaseID(kv.Lease), rev: kv.CreateRevision}, true, nil
+	return hold{}, true, backends.ErrNotHeld
 }
 
-// Refresh renews the lease of the hold owned by token, then checks that the
-// key is still that hold. It never re-creates a hold: a lease or key that
-// is gone, or a key that belongs to another token, is ErrNotHeld. An etcd
-// lease keeps the TTL it was granted with, so ttl must not exceed the
-// hold's Grant.TTL (an *InvalidError otherwise); the layer above always
-// passes Grant.TTL.
+// Refresh renews the lease of the hold (lock or permit) owned by token,
+// then checks that the hold's key is still that hold. It never re-creates
+// a hold: a lease or key that is gone, or a key that belongs to another
+// token, is ErrNotHeld. An etcd lease keeps the TTL it was granted with, so
+// ttl must not exceed the hold's Grant.TTL (an *InvalidError otherwise);
+// the layer above always passes Grant.TTL.
 func (d *Driver) Refresh(ctx context.Context, key, token string, ttl time.Duration) error {
-	k, err := d.begin(key, token)
+	lk, err := d.begin(key, token)
 	if err != nil {
 		return err
 	}
@@ -397,7 +481,7 @@ func (d *Driver) Refresh(ctx context.Context, key, token string, ttl time.Durati
 	if err != nil {
 		return err
 	}
-	h, fromServer, err := d.lookup(ctx, key, token, k)
+	h, fromServer, err := d.lookup(ctx, key, token, lk)
 	if err != nil {
 		return err
 	}
@@ -419,7 +503,7 @@ func (d *Driver) Refresh(ctx context.Context, key, token string, ttl time.Durati
 	}
 	if !fromServer {
 		// The renewal kept the lease; check that the key is still on it.
-		resp, err := d.client.Get(ctx, k)
+		resp, err := d.client.Get(ctx, h.key)
 		if err != nil {
 			return d.wrap(err)
 		}
@@ -437,17 +521,18 @@ func tooLong(ttl time.Duration, leaseTTL int64) error {
 	return backends.Invalid("ttl", "%v exceeds the hold's lease TTL of %d s, which etcd cannot raise", ttl, leaseTTL)
 }
 
-// Release deletes the hold owned by token in one transaction that compares
-// the key's create revision with the hold's, so that a stale or retried
-// release never deletes a newer hold of the key. A hold that expired or
-// belongs to another token is ErrNotHeld. The hold's lease, which then
-// holds no key, is kept for a later Acquire of this driver.
+// Release deletes the hold (lock or permit) owned by token in one
+// transaction that compares the hold key's create revision with the
+// hold's, so that a stale or retried release never deletes a newer hold,
+// nor another holder's permit. A hold that expired or belongs to another
+// token is ErrNotHeld. The hold's lease, which then holds no key, is kept
+// for a later Acquire of this driver.
 func (d *Driver) Release(ctx context.Context, key, token string) error {
-	k, err := d.begin(key, token)
+	lk, err := d.begin(key, token)
 	if err != nil {
 		return err
 	}
-	h, fromServer, err := d.lookup(ctx, key, token, k)
+	h, fromServer, err := d.lookup(ctx, key, token, lk)
 	if err != nil {
 		return err
 	}
@@ -455,8 +540,8 @@ func (d *Driver) Release(ctx context.Context, key, token string) error {
 	// answers Acquire for the cluster, even if this release fails.
 	d.holds.releasing(key, token, h.rev)
 	resp, err := d.client.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(k), "=", h.rev)).
-		Then(clientv3.OpDelete(k)).
+		If(clientv3.Compare(clientv3.CreateRevision(h.key), "=", h.rev)).
+		Then(clientv3.OpDelete(h.key)).
 		Commit()
 	if err != nil {
 		return d.wrap(err) // the hold stays in the table for a retry
@@ -466,40 +551,54 @@ func (d *Driver) Release(ctx context.Context, key, token string) error {
 	if !resp.Succeeded {
 		return backends.ErrNotHeld
 	}
-	d.notify.released(k)
+	d.notify.released(lk)
 	if !fromServer {
-		d.pool.put(idleLease{id: h.lease, secs: h.secs, ttl: h.ttl, renewed: h.renewed}, time.Now())
+		d.pool.put(h.idle(), time.Now())
 	}
 	return nil
 }
 
-// Holder reports the value stored with key's hold and its remaining TTL as
-// the server reports it (whole seconds, rounded down: zero in the last
-// second), or ErrNotHeld when nobody holds key. A key written without a
-// lease (not by dsync) is reported with a zero TTL.
+// Holder reports the holder of key: the value stored with the lock, or,
+// for a semaphore, with the permit whose lease expires last (the newest of
+// those that tie), and its remaining TTL as the server reports it (whole
+// seconds, rounded down: zero in the last second). It returns ErrNotHeld
+// when nobody holds key. A key written without a lease (not by dsync) is
+// reported with a zero TTL. A semaphore's holders are read in one
+// request, then their leases' TTLs in parallel, at most 16 requests at a
+// time.
 func (d *Driver) Holder(ctx context.Context, key string) (backends.HolderInfo, error) {
 	if d.closed.Load() {
 		return backends.HolderInfo{}, backends.ErrClosed
 	}
-	k, err := d.Key(key)
+	lk, err := d.Key(key)
 	if err != nil {
 		return backends.HolderInfo{}, err
 	}
-	resp, err := d.client.Get(ctx, k)
+	resp, err := d.client.Txn(ctx).Then(
+		clientv3.OpGet(lk),
+		clientv3.OpGet(lk+"/", clientv3.WithPrefix(),
+			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend),
+			clientv3.WithLimit(MaxSemaphoreSize)),
+	).Commit()
 	if err != nil {
 		return backends.HolderInfo{}, d.wrap(err)
 	}
 	d.seen(resp.Header)
-	if len(resp.Kvs) == 0 {
-		return backends.HolderInfo{}, backends.ErrNotHeld
+	if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
+		kv := kvs[0]
+		_, value := decodeValue(kv.Value)
+		return d.holderTTL(ctx, value, kv.Lease)
 	}
-	kv := resp.Kvs[0]
-	_, value := decodeValue(kv.Value)
+	return d.permitHolder(ctx, resp.Responses[1].GetResponseRange().GetKvs())
+}
+
+// holderTTL completes the HolderInfo of a hold with value on lease.
+func (d *Driver) holderTTL(ctx context.Context, value []byte, lease int64) (backends.HolderInfo, error) {
 	info := backends.HolderInfo{Value: value}
-	if kv.Lease == 0 {
+	if lease == 0 {
 		return info, nil
 	}
-	ttl, err := d.client.TimeToLive(ctx, clientv3.LeaseID(kv.Lease))
+	ttl, err := d.client.TimeToLive(ctx, clientv3.LeaseID(lease))
 	if err != nil {
 		return backends.HolderInfo{}, d.wrap(err)
 	}

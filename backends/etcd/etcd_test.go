@@ -127,7 +127,7 @@ func TestCapabilities(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.Close()
-	want := backends.Capabilities{Name: "etcd", MaxLimit: 1, Fencing: true, TTLResolution: time.Second,
+	want := backends.Capabilities{Name: "etcd", MaxLimit: etcd.MaxSemaphoreSize, Fencing: true, TTLResolution: time.Second,
 		MinTTL: 2 * time.Second, MaxTTL: 9_000_000_000 * time.Second}
 	if got := d.Capabilities(); got != want {
 		t.Errorf("Capabilities() = %+v, want %+v", got, want)
@@ -156,8 +156,11 @@ func TestInvalidBeforeIO(t *testing.T) {
 			t.Errorf("Acquire(%s) = %v, want ErrInvalid", name, err)
 		}
 	}
-	if _, err := d.Acquire(ctx, backends.Request{Key: "k", Token: "t", TTL: time.Second, Limit: 2}); !errors.Is(err, backends.ErrUnsupported) {
-		t.Errorf("Acquire(limit 2) = %v, want ErrUnsupported", err)
+	if _, err := d.Acquire(ctx, backends.Request{Key: "k", Token: "t", TTL: time.Second, Limit: etcd.MaxSemaphoreSize + 1}); !errors.Is(err, backends.ErrInvalid) {
+		t.Errorf("Acquire(limit above the maximum) = %v, want ErrInvalid", err)
+	}
+	if _, err := d.Acquire(ctx, backends.Request{Key: "k", Token: "t", TTL: time.Second, Limit: -1}); !errors.Is(err, backends.ErrInvalid) {
+		t.Errorf("Acquire(negative limit) = %v, want ErrInvalid", err)
 	}
 	checks := map[string]error{
 		"Refresh empty key":     d.Refresh(ctx, "", "t", time.Second),

@@ -52,14 +52,34 @@ func TestHoldTableBounded(t *testing.T) {
 		t.Fatal("held while being released")
 	}
 	// deleted drops the holds created before the deletion only.
-	live.put("k3", "old", hold{rev: 5, ttl: 10, renewed: now})
-	live.put("k3", "new", hold{rev: 9, ttl: 10, renewed: now})
-	live.deleted("k3", 7)
+	live.put("k3", "old", hold{key: "p/k3", rev: 5, ttl: 10, renewed: now})
+	live.put("k3", "new", hold{key: "p/k3", rev: 9, ttl: 10, renewed: now})
+	live.put("k3", "permit", hold{key: "p/k3/permit", limit: 2, rev: 6, ttl: 10, renewed: now})
+	live.deleted("k3", "p/k3", 7)
 	if _, ok := live.get("k3", "old"); ok {
 		t.Fatal("deleted kept a hold created before the deletion")
 	}
 	if _, ok := live.get("k3", "new"); !ok {
 		t.Fatal("deleted dropped a hold created after the deletion")
+	}
+	if _, ok := live.get("k3", "permit"); !ok {
+		t.Fatal("deleted dropped a hold of another etcd key")
+	}
+	// permits: the live permits of one size, not being released; held
+	// ignores them.
+	live.put("s", "a", hold{key: "p/s/a", limit: 2, rev: 1, ttl: 10, renewed: now})
+	live.put("s", "b", hold{key: "p/s/b", limit: 2, rev: 2, ttl: 10, renewed: now})
+	live.put("s", "c", hold{key: "p/s/c", limit: 2, rev: 3, ttl: 10, renewed: now.Add(-time.Minute)})
+	live.put("s", "d", hold{key: "p/s/d", limit: 3, rev: 4, ttl: 10, renewed: now})
+	if got := live.permits("s", 2, now); len(got) != 2 {
+		t.Fatalf("permits = %v, want the two live ones of size 2", got)
+	}
+	if live.held("s", now) {
+		t.Fatal("held counts permits as a lock hold")
+	}
+	live.releasing("s", "a", 1)
+	if got := live.permits("s", 2, now); len(got) != 1 || got[0] != "p/s/b" {
+		t.Fatalf("permits while one is released = %v, want [p/s/b]", got)
 	}
 }
 

@@ -23,9 +23,11 @@ const (
 )
 
 // hold is what the driver remembers of a hold it obtained: enough to renew
-// it (lease) and to release exactly it (rev), and to reuse its lease after
-// the release.
+// it (lease) and to release exactly it (key and rev), and to reuse its lease
+// after the release.
 type hold struct {
+	key   string // the etcd key: the lock's, or a semaphore holder's
+	limit int    // 1 for a lock, the size for a semaphore permit
 	lease clientv3.LeaseID
 	rev   int64 // the key's create revision: the fencing token
 	secs  int64 // the TTL requested, in whole seconds
@@ -37,10 +39,10 @@ type hold struct {
 	releasing bool
 }
 
-// holdTable maps key and token to the hold. Entries go when the hold is
-// released or found gone, when a watch of the key sees it deleted, and by a
-// sweep, amortized over insertions, of entries whose lease must have
-// expired.
+// holdTable maps a lock's or semaphore's name and a token to the hold.
+// Entries go when the hold is released or found gone, when a watch of the
+// name sees its key deleted, and by a sweep, amortized over insertions, of
+// entries whose lease must have expired.
 type holdTable struct {
 	mu        sync.Mutex                 // protects the fields below
 	m         map[string]map[string]hold // by key, then token
@@ -108,17 +110,32 @@ func (t *holdTable) get(key, token string) (hold, bool) {
 	return h, ok
 }
 
-// held reports whether the driver has a hold on key whose lease is alive
-// for sure at now, and that is not being released.
+// held reports whether the driver has a lock hold on key whose lease is
+// alive for sure at now, and that is not being released.
 func (t *holdTable) held(key string, now time.Time) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, h := range t.m[key] {
-		if h.alive(now) && !h.releasing {
+		if h.limit <= 1 && h.alive(now) && !h.releasing {
 			return true
 		}
 	}
 	return false
+}
+
+// permits returns the etcd keys of the driver's permits of the semaphore
+// key of size limit whose leases are alive for sure at now, and that are
+// not being released.
+func (t *holdTable) permits(key string, limit int, now time.Time) []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var keys []string
+	for _, h := range t.m[key] {
+		if h.limit == limit && h.alive(now) && !h.releasing {
+			keys = append(keys, h.key)
+		}
+	}
+	return keys
 }
 
 // releasing records that a release of the hold of key and token is under
@@ -141,13 +158,13 @@ func (t *holdTable) drop(key, token string, rev int64) {
 	}
 }
 
-// deleted forgets the holds of key created before rev, at which the key
-// was deleted.
-func (t *holdTable) deleted(key string, rev int64) {
+// deleted forgets the holds of key stored under the etcd key k and created
+// before rev, at which k was deleted.
+func (t *holdTable) deleted(key, k string, rev int64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for tok, h := range t.m[key] {
-		if h.rev < rev {
+		if h.key == k && h.rev < rev {
 			t.deleteLocked(key, tok)
 		}
 	}
@@ -263,4 +280,9 @@ func (p *leasePool) len() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.n
+}
+
+// idle is h's lease once h's key is gone.
+func (h hold) idle() idleLease {
+	return idleLease{id: h.lease, secs: h.secs, ttl: h.ttl, renewed: h.renewed}
 }

@@ -21,15 +21,15 @@ const (
 	startWait = 100 * time.Millisecond
 )
 
-// notifier keeps one etcd watch per key that has watchers, shared by all of
-// the key's subscriptions, each run by a goroutine that the notifier owns.
-// A key's watch is cancelled, and its goroutine awaited, when its last
+// notifier keeps one watch per name that has watchers, shared by all of
+// the name's subscriptions, each run by a goroutine that the notifier owns.
+// A name's watch is cancelled, and its goroutine awaited, when its last
 // subscription closes or the driver does.
 type notifier struct {
 	d *Driver
 
 	mu      sync.Mutex           // protects the fields below
-	watches map[string]*keyWatch // by etcd key
+	watches map[string]*keyWatch // by lock key
 	closed  bool
 	wg      sync.WaitGroup // the watch goroutines
 }
@@ -39,29 +39,40 @@ func (n *notifier) init(d *Driver) {
 	n.watches = map[string]*keyWatch{}
 }
 
-// keyWatch is the watch of one etcd key.
+// keyWatch is the watch of one name: two etcd watches, of its lock key and
+// of its semaphore's prefix.
 type keyWatch struct {
 	n      *notifier
-	name   string // the lock's name
-	key    string // its etcd key
+	name   string // the lock's or semaphore's name
+	key    string // its lock key; its permits live below key+"/"
 	cancel context.CancelFunc
 	done   chan struct{} // closed when run returns
 	start  chan int64    // buffered(1): the revision of a failed attempt
 
-	mu   sync.Mutex // protects subs
+	mu   sync.Mutex // protects the fields below
 	subs map[*subscription]struct{}
+	// permits are the keys of the holders that the last refused attempt
+	// on a semaphore saw; only their deletion frees a permit. Nil: every
+	// deletion counts.
+	permits map[string]struct{}
 }
 
 // WatchReleases subscribes to release notices for key: its C receives a
-// value after the key is deleted, by a release or by the expiry of its
-// lease. It returns at once, and the watch starts in the background, just
-// after the revision at which the next attempt on key finds it held (or,
+// value after the lock key is deleted, or, for a semaphore, a permit that
+// may free a slot is, by a release or by the expiry of its lease. The
+// deletion of the key of an attempt that got no permit is not a release:
+// once an attempt of this driver has found the semaphore full, only the
+// deletion of one of the holders it saw counts (until the next attempt).
+//
+// It returns at once, and the watch starts in the background, just after
+// the revision at which the next attempt on key finds it held or full (or,
 // if no attempt fails within 100 ms, after the highest revision the driver
 // has seen). It misses no deletion after that revision, and etcd serves it
 // from its synced path, as events happen: a watch from an older revision
 // waits for etcd's catch-up loop, which runs every 100 ms, and that is what
 // slows etcd's own Mutex down under contention. Subscriptions of one key
-// share one etcd watch. The caller must Close the subscription; closing the
+// share one watch of the driver's (two etcd watches: the lock key and the
+// semaphore's prefix). The caller must Close the subscription; closing the
 // driver ends it too. Its channel is never closed.
 func (d *Driver) WatchReleases(ctx context.Context, key string) (backends.Subscription, error) {
 	if d.closed.Load() {
@@ -98,8 +109,8 @@ func (n *notifier) watch(name, k string) (*subscription, error) {
 	return s, nil
 }
 
-// run watches the key's deletions until ctx ends, re-creating the watch if
-// etcd ends it. The client retries a broken watch stream on its own,
+// run watches the name's deletions until ctx ends, re-creating the watches
+// if etcd ends one. The client retries a broken watch stream on its own,
 // resuming after the last revision it delivered.
 func (w *keyWatch) run(ctx context.Context) {
 	defer w.n.wg.Done()
@@ -115,26 +126,7 @@ func (w *keyWatch) run(ctx context.Context) {
 		return
 	}
 	for {
-		for resp := range d.client.Watch(ctx, w.key, clientv3.WithRev(rev), clientv3.WithFilterPut()) {
-			if resp.CompactRevision != 0 {
-				// Deletions before it are lost; one may have been ours.
-				rev = resp.CompactRevision
-				w.notify()
-				continue
-			}
-			if resp.Err() != nil {
-				w.notify() // the watch ends; a waiter should look for itself
-				continue
-			}
-			d.seen(resp.Header)
-			for _, ev := range resp.Events {
-				if ev.Type == mvccpb.DELETE {
-					rev = ev.Kv.ModRevision + 1
-					d.holds.deleted(w.name, ev.Kv.ModRevision)
-					w.notify()
-				}
-			}
-		}
+		rev = w.watchFrom(ctx, rev)
 		if ctx.Err() != nil || d.client.Ctx().Err() != nil {
 			return // cancelled, or the client was closed
 		}
@@ -144,6 +136,72 @@ func (w *keyWatch) run(ctx context.Context) {
 		case <-time.After(rewatchDelay):
 		}
 	}
+}
+
+// watchFrom watches the lock key and the semaphore prefix from rev until
+// either watch ends, and returns the revision to resume both from. The two
+// share the client's watch stream.
+func (w *keyWatch) watchFrom(ctx context.Context, rev int64) int64 {
+	d := w.n.d
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	chans := [2]clientv3.WatchChan{
+		d.client.Watch(wctx, w.key, clientv3.WithRev(rev), clientv3.WithFilterPut()),
+		d.client.Watch(wctx, w.key+"/", clientv3.WithPrefix(), clientv3.WithRev(rev), clientv3.WithFilterPut()),
+	}
+	next := [2]int64{rev, rev}
+	for open := len(chans); open > 0; {
+		var (
+			i    int
+			resp clientv3.WatchResponse
+			ok   bool
+		)
+		select {
+		case resp, ok = <-chans[0]:
+		case resp, ok = <-chans[1]:
+			i = 1
+		}
+		if !ok {
+			chans[i] = nil
+			open--
+			cancel() // one ended: end the other, and start both again
+			continue
+		}
+		if resp.CompactRevision != 0 {
+			// Deletions before it are lost; one may have been a release.
+			next[i] = max(next[i], resp.CompactRevision)
+			w.notify()
+			continue
+		}
+		if resp.Err() != nil {
+			w.notify() // the watch ends; a waiter should look for itself
+			continue
+		}
+		d.seen(resp.Header)
+		for _, ev := range resp.Events {
+			if ev.Type != mvccpb.DELETE {
+				continue
+			}
+			k := string(ev.Kv.Key)
+			next[i] = ev.Kv.ModRevision + 1
+			d.holds.deleted(w.name, k, ev.Kv.ModRevision)
+			if i == 0 || w.frees(k) {
+				w.notify()
+			}
+		}
+	}
+	return min(next[0], next[1])
+}
+
+// frees reports whether the deletion of the permit key k may free a slot.
+func (w *keyWatch) frees(k string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.permits == nil {
+		return true
+	}
+	_, ok := w.permits[k]
+	return ok
 }
 
 // notify sends a notice to every subscription that has none pending.
@@ -158,22 +216,36 @@ func (w *keyWatch) notify() {
 	}
 }
 
-// held tells a watch of k that has not started yet the revision at which an
-// attempt found k held.
-func (n *notifier) held(k string, rev int64) {
+// refused tells the watch of lock key k, if there is one, that an attempt
+// found the name held or full at revision rev: a watch that has not
+// started yet starts just after it. permits are the holders that a
+// semaphore's attempt saw (nil for a lock): from now on only their
+// deletion counts as a release.
+func (n *notifier) refused(k string, rev int64, permits []string) {
 	n.mu.Lock()
 	w := n.watches[k]
 	n.mu.Unlock()
-	if w != nil {
-		select {
-		case w.start <- rev:
-		default: // started already, or told by another attempt
+	if w == nil {
+		return
+	}
+	var set map[string]struct{}
+	if permits != nil {
+		set = make(map[string]struct{}, len(permits))
+		for _, p := range permits {
+			set[p] = struct{}{}
 		}
+	}
+	w.mu.Lock()
+	w.permits = set
+	w.mu.Unlock()
+	select {
+	case w.start <- rev:
+	default: // started already, or told by another attempt
 	}
 }
 
-// released tells the key's local subscriptions at once that this driver
-// has released k, without waiting for the watch to report the deletion
+// released tells the local subscriptions of lock key k at once that this
+// driver has released its lock or one of its permits, without waiting for the watch to report the deletion
 // (which it will, a moment later: one more notice, coalesced or spurious).
 func (n *notifier) released(k string) {
 	n.mu.Lock()
@@ -221,7 +293,8 @@ type subscription struct {
 	once sync.Once
 }
 
-// C receives a value after the key is released or its hold expires;
+// C receives a value after the key is released or its hold expires (for a
+// semaphore: one of its permits);
 // releases before the last value is received coalesce into it. It is never
 // closed.
 func (s *subscription) C() <-chan struct{} { return s.c }

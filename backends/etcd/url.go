@@ -41,14 +41,14 @@ const (
 func init() {
 	dsync.Register(dsync.Scheme{
 		Name:       "etcd",
-		Summary:    "etcd cluster: locks on leases and transactions, fenced by the key's create revision",
+		Summary:    "etcd cluster: locks and semaphores on leases and transactions, fenced by create revisions",
 		Example:    "etcd://user:password@10.0.0.1:2379,10.0.0.2:2379,10.0.0.3:2379/myapp?ttl=30s",
 		Options:    urlOptions(false),
 		OpenDriver: openURL,
 	})
 	dsync.Register(dsync.Scheme{
 		Name:       "etcds",
-		Summary:    "etcd cluster over TLS: locks on leases and transactions, fenced by the key's create revision",
+		Summary:    "etcd cluster over TLS: locks and semaphores on leases and transactions, fenced by create revisions",
 		Example:    "etcds://10.0.0.1:2379,10.0.0.2:2379/myapp?ca_file=/etc/etcd/ca.pem&cert_file=/etc/etcd/client.pem&key_file=/etc/etcd/client-key.pem",
 		Options:    urlOptions(true),
 		OpenDriver: openURL,

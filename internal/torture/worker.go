@@ -222,11 +222,16 @@ func runWorker(ctx context.Context, b *dsync.Backend, a proc.Args, emit proc.Emi
 			fence = h.Token()
 		}
 	section:
-		for range c.Writes {
-			select {
-			case <-h.Done():
-				break section
-			default:
+		for i := range c.Writes {
+			// Not before the first write: the lease is fresh, and a pause
+			// right after the "acquired" event must find the worker in the
+			// sleep, about to write late.
+			if i > 0 {
+				select {
+				case <-h.Done():
+					break section
+				default:
+				}
 			}
 			if !sleep(ctx, c.Work) {
 				break section

@@ -52,7 +52,9 @@ func (r *redlockSet) url(proxied bool, extra ...string) string {
 	return "redlock://" + strings.Join(r.addrs(proxied), ",") + "/?" + strings.Join(q, "&")
 }
 
-func (r *redlockSet) node(i int) (string, *redistest.Server) { return fmt.Sprintf("node %d", i), r.servers[i] }
+func (r *redlockSet) node(i int) (string, *redistest.Server) {
+	return fmt.Sprintf("node %d", i), r.servers[i]
+}
 
 func TestRedlockContention(t *testing.T) {
 	r := startRedlock(t, 5)

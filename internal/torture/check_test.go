@@ -39,7 +39,7 @@ func holdEvents(worker, a, g int, tok string, exp, w int, outcome string, seq st
 
 var twoMembers = []Member{{Worker: 0, ID: "a"}, {Worker: 1, ID: "b"}}
 
-func lockSpec() Spec { return Spec{Prim: PrimLock, TTL: s, Fencing: true} }
+func lockSpec1s() Spec { return Spec{Prim: PrimLock, TTL: s, Fencing: true} }
 
 func concat(lists ...[]proc.Event) []proc.Event {
 	var out []proc.Event
@@ -54,14 +54,14 @@ func TestCheckExclusion(t *testing.T) {
 		holdEvents(0, 0, 10, "1", 1000, 0, "", "", 100),
 		holdEvents(1, 5, 110, "2", 1100, 0, "", "", 200),
 	), twoMembers)
-	if r := CheckExclusionOf(good, lockSpec()); !r.OK() {
+	if r := CheckExclusionOf(good, lockSpec1s()); !r.OK() {
 		t.Errorf("sequential holds: %v", r.Violations)
 	}
 	bad := BuildHistory(concat(
 		holdEvents(0, 0, 10, "1", 1000, 0, "", "", 100),
 		holdEvents(1, 5, 50, "2", 1050, 0, "", "", 200),
 	), twoMembers)
-	if r := CheckExclusionOf(bad, lockSpec()); r.OK() {
+	if r := CheckExclusionOf(bad, lockSpec1s()); r.OK() {
 		t.Error("overlapping holds passed")
 	}
 	// A semaphore of 2 admits both.
@@ -74,7 +74,7 @@ func TestCheckExclusion(t *testing.T) {
 		holdEvents(0, 0, 10, "1", 1000, 0, "", "", 3000),
 		holdEvents(1, 5, 1010, "2", 2010, 0, "", "", 1500),
 	), twoMembers)
-	if r := CheckExclusionOf(paused, lockSpec()); !r.OK() {
+	if r := CheckExclusionOf(paused, lockSpec1s()); !r.OK() {
 		t.Errorf("a holder past its expiry counted: %v", r.Violations)
 	}
 }
@@ -84,7 +84,7 @@ func TestCheckTokens(t *testing.T) {
 		holdEvents(0, 0, 10, "5", 1000, 0, "", "", 100),
 		holdEvents(1, 5, 110, "7", 1100, 0, "", "", 200),
 	), twoMembers)
-	if r := CheckTokensOf(good, lockSpec()); !r.OK() {
+	if r := CheckTokensOf(good, lockSpec1s()); !r.OK() {
 		t.Errorf("growing tokens: %v", r.Violations)
 	}
 	// b asked after a was granted, and got a smaller token.
@@ -92,7 +92,7 @@ func TestCheckTokens(t *testing.T) {
 		holdEvents(0, 0, 10, "5", 1000, 0, "", "", 100),
 		holdEvents(1, 50, 110, "4", 1100, 0, "", "", 200),
 	), twoMembers)
-	r := CheckTokensOf(bad, lockSpec())
+	r := CheckTokensOf(bad, lockSpec1s())
 	if r.OK() || !strings.Contains(strings.Join(r.Notes, " "), "Illegal") {
 		t.Errorf("a shrinking token passed: %v %v", r.Violations, r.Notes)
 	}
@@ -101,14 +101,14 @@ func TestCheckTokens(t *testing.T) {
 		holdEvents(0, 0, 100, "5", 1000, 0, "", "", 150),
 		holdEvents(1, 50, 200, "4", 1100, 0, "", "", 300),
 	), twoMembers)
-	if r := CheckTokensOf(concurrent, lockSpec()); !r.OK() {
+	if r := CheckTokensOf(concurrent, lockSpec1s()); !r.OK() {
 		t.Errorf("overlapping grant calls: %v", r.Violations)
 	}
 	dup := BuildHistory(concat(
 		holdEvents(0, 0, 10, "5", 1000, 0, "", "", 100),
 		holdEvents(1, 50, 110, "5", 1100, 0, "", "", 200),
 	), twoMembers)
-	if r := checkTerms(dup, lockSpec()); r.OK() {
+	if r := checkTerms(dup, lockSpec1s()); r.OK() {
 		t.Error("a token granted twice passed")
 	}
 }
@@ -126,11 +126,11 @@ func TestCheckWrites(t *testing.T) {
 	if r := checkLostUpdates(h, inOrder[:1]); r.OK() {
 		t.Error("an acknowledged write missing from the store passed")
 	}
-	if r := CheckStaleWritesOf(h, inOrder, lockSpec()); !r.OK() {
+	if r := CheckStaleWritesOf(h, inOrder, lockSpec1s()); !r.OK() {
 		t.Errorf("writes in grant order: %v", r.Violations)
 	}
 	reversed := []StoreWrite{inOrder[1], inOrder[0]}
-	if r := CheckStaleWritesOf(h, reversed, lockSpec()); r.OK() {
+	if r := CheckStaleWritesOf(h, reversed, lockSpec1s()); r.OK() {
 		t.Error("an older hold's write after a newer one's passed")
 	}
 	rejected := BuildHistory(concat(

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/dsync-dev/dsync/internal/proc"
-	"github.com/dsync-dev/dsync/internal/redistest"
 )
 
 // lockConfig is the workers' configuration of the lock scenarios.
@@ -16,20 +15,19 @@ func lockConfig(k string, ttl time.Duration) WorkerConfig {
 	}
 }
 
-// contention: workers contend for a lock with no fault until holds grants
-// were made; every check must pass.
-func contention(t *testing.T, url string, ttl time.Duration, workers, holds int) *Report {
-	e := newEnv(t)
-	k := key(t)
-	e.start(workers, url, lockConfig(k, ttl))
-	e.ready()
-	e.awaitCount(0, holds, Is("acquired", nil), "grants")
-	return e.finish(PrimLock, k, Spec{Prim: PrimLock, TTL: ttl, Fencing: true}, open(t, url))
-}
+func lockSpec(ttl time.Duration) Spec { return Spec{Prim: PrimLock, TTL: ttl, Fencing: true} }
 
-func TestRedisContention(t *testing.T) {
-	s := redistest.Start(t, nil)
-	wantOK(t, contention(t, s.URL(), time.Second, 4, 40))
+// TestLockContention: workers contend for a lock with no fault; every
+// check must pass.
+func TestLockContention(t *testing.T) {
+	forEach(t, func(t *testing.T, s *system) {
+		e := newEnv(t)
+		k := key(t)
+		e.start(4, s.url(), lockConfig(k, s.ttl))
+		e.ready()
+		e.awaitCount(0, 25, Is("acquired", nil), "grants")
+		wantOK(t, e.finish(PrimLock, k, lockSpec(s.ttl), open(t, s.url())))
+	})
 }
 
 // pausedHolder: the first holder is frozen with SIGSTOP right after its
@@ -39,13 +37,13 @@ func TestRedisContention(t *testing.T) {
 // the holder must learn that it lost the lease; with fencing off (the
 // negative control) the store accepts it and the stale-writes check must
 // say so. It returns the report and the paused worker's hold.
-func pausedHolder(t *testing.T, url string, ttl time.Duration, noFencing bool) (*Report, *Hold) {
+func pausedHolder(t *testing.T, s *system, noFencing bool) (*Report, *Hold) {
 	e := newEnv(t)
 	k := key(t)
-	cfg := lockConfig(k, ttl)
+	cfg := lockConfig(k, s.ttl)
 	cfg.Work = 100 * time.Millisecond // the pause lands in this sleep
 	cfg.NoFencing = noFencing
-	e.start(3, url, cfg)
+	e.start(3, s.url(), cfg)
 	e.ready()
 	ev, mark := e.await(0, Is("acquired", nil), "a first holder")
 	paused := e.h.WorkerOf(ev)
@@ -54,9 +52,9 @@ func pausedHolder(t *testing.T, url string, ttl time.Duration, noFencing bool) (
 	e.heal(in)
 	resumed := proc.Monotonic()
 	lost, _ := e.await(mark, Is("lost", paused), "the paused holder to learn of its loss")
-	t.Logf("the paused holder learned of its loss %v after SIGCONT", (lost.At - resumed).Round(time.Millisecond))
+	t.Logf("the paused holder learned of its loss %v after SIGCONT", max(0, lost.At-resumed).Round(time.Millisecond))
 	e.awaitCount(mark, 3, Is("acquired", nil), "grants after the resume")
-	rep := e.finish(PrimLock, k, Spec{Prim: PrimLock, TTL: ttl, Fencing: !noFencing}, open(t, url))
+	rep := e.finish(PrimLock, k, Spec{Prim: PrimLock, TTL: s.ttl, Fencing: !noFencing}, open(t, s.url()))
 	for _, h := range rep.History.Holds {
 		if h.Worker == paused.Index() && h.Acquired == ev.At {
 			return rep, h
@@ -88,20 +86,95 @@ func wantFenced(t *testing.T, rep *Report, h *Hold) {
 	}
 }
 
-func TestRedisPausedHolder(t *testing.T) {
-	s := redistest.Start(t, nil)
-	rep, h := pausedHolder(t, s.URL(), time.Second, false)
-	wantFenced(t, rep, h)
+// TestLockPausedHolder: a holder paused past its TTL is replaced; its late
+// write is rejected by its fencing token and it learns of its loss.
+func TestLockPausedHolder(t *testing.T) {
+	forEach(t, func(t *testing.T, s *system) {
+		rep, h := pausedHolder(t, s, false)
+		wantFenced(t, rep, h)
+	})
 }
 
-// TestRedisPausedHolderNoFencing is the negative control of
-// TestRedisPausedHolder: without fencing tokens the late write is
-// accepted after the next holder's, and the checker reports it.
-func TestRedisPausedHolderNoFencing(t *testing.T) {
-	s := redistest.Start(t, nil)
-	rep, _ := pausedHolder(t, s.URL(), time.Second, true)
-	wantViolation(t, rep, CheckStaleWrites)
-	if r := rep.Result(CheckExclusion); !r.OK() {
-		t.Errorf("a paused holder past its expiry counted as an overlap: %v", r.Violations)
-	}
+// TestLockPausedHolderNoFencing is the negative control of
+// TestLockPausedHolder: without fencing tokens the late write is accepted
+// after the next holder's, and the checker reports it; the paused holder
+// past its expiry is still no overlap.
+func TestLockPausedHolderNoFencing(t *testing.T) {
+	forEach(t, func(t *testing.T, s *system) {
+		rep, _ := pausedHolder(t, s, true)
+		wantViolation(t, rep, CheckStaleWrites)
+		if r := rep.Result(CheckExclusion); !r.OK() {
+			t.Errorf("a paused holder past its expiry counted as an overlap: %v", r.Violations)
+		}
+	}, "redis")
+}
+
+// TestLockKilledHolder: a holder killed with SIGKILL (no release) holds
+// the lock until its TTL runs out; the next grant comes within the TTL
+// plus slack, and the checks pass.
+func TestLockKilledHolder(t *testing.T) {
+	forEach(t, func(t *testing.T, s *system) {
+		e := newEnv(t)
+		k := key(t)
+		cfg := lockConfig(k, s.ttl)
+		cfg.Work = 100 * time.Millisecond
+		e.start(3, s.url(), cfg)
+		e.ready()
+		ev, mark := e.await(0, Is("acquired", nil), "a first holder")
+		e.inject(KillClient(e.h.WorkerOf(ev)))
+		e.awaitCount(mark, 3, Is("acquired", nil), "grants after the death")
+		rep := e.finish(PrimLock, k, lockSpec(s.ttl), open(t, s.url()))
+		wantOK(t, rep)
+		if r := rep.Result(CheckUnavailable); r.Skipped != "" {
+			t.Errorf("the unavailability check did not run: %s", r.Skipped)
+		}
+	})
+}
+
+// TestLockRepliesDelayed: one client's replies are delayed past the TTL
+// (its requests reach the servers at once, so its holds are applied in
+// time, but it hears of them too late). It must never believe it holds the
+// lock unless its validity says so, and the others must go on.
+func TestLockRepliesDelayed(t *testing.T) {
+	forEach(t, func(t *testing.T, s *system) {
+		e := newEnv(t)
+		k := key(t)
+		cfg := lockConfig(k, s.ttl)
+		url, ps := s.proxied()
+		slow := e.start(1, url, cfg)[0]
+		e.start(2, s.url(), cfg)
+		e.ready()
+		mark := e.awaitCount(0, 3, Is("acquired", nil), "grants before the fault")
+		in := e.inject(Latency(slow.ID(), s.ttl+s.ttl/2, ps...))
+		mark = e.awaitCount(mark, 8, IsNot("acquired", slow), "grants to the others under the fault")
+		e.heal(in)
+		e.awaitCount(mark, 3, Is("acquired", nil), "grants after the fault")
+		rep := e.finish(PrimLock, k, lockSpec(s.ttl), open(t, s.url()))
+		wantOK(t, rep)
+		span := rep.Spans[0]
+		for _, h := range rep.History.Holds {
+			if h.Worker == slow.Index() && h.Acquired > span.Injected+s.ttl && h.Acquired < span.Healed {
+				t.Errorf("the slow client believed it held token %d (valid %v) while its replies were %v late",
+					h.Token, h.Expiry-h.Acquired, s.ttl+s.ttl/2)
+			}
+		}
+	}, "redis", "redlock")
+}
+
+// TestLockScriptFlush: the Redis servers' script cache is emptied while
+// workers contend; the clients load their scripts again and every check
+// passes.
+func TestLockScriptFlush(t *testing.T) {
+	forEach(t, func(t *testing.T, s *system) {
+		e := newEnv(t)
+		k := key(t)
+		e.start(3, s.url(), lockConfig(k, s.ttl))
+		e.ready()
+		mark := e.awaitCount(0, 3, Is("acquired", nil), "grants before the flush")
+		e.inject(ScriptFlush(s.addrs()...))
+		mark = e.awaitCount(mark, 5, Is("acquired", nil), "grants after the flush")
+		e.inject(ScriptFlush(s.addrs()...))
+		e.awaitCount(mark, 5, Is("acquired", nil), "grants after the second flush")
+		wantOK(t, e.finish(PrimLock, k, lockSpec(s.ttl), open(t, s.url())))
+	}, "redis", "redlock")
 }

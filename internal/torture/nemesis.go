@@ -29,7 +29,8 @@ type Fault struct {
 type Span struct {
 	Kind     string
 	Target   string
-	Injected time.Duration // CLOCK_MONOTONIC once Inject returned
+	Began    time.Duration // CLOCK_MONOTONIC when Inject was called
+	Injected time.Duration // once Inject returned
 	Healed   time.Duration // once Heal returned; Injected for an instantaneous fault; 0 while in effect
 	Err      error         // of Inject or Heal
 }
@@ -54,8 +55,9 @@ func (in *Injection) Span() Span {
 // Inject injects f and records it. The span is recorded even if Inject
 // fails, with its error.
 func (h *Harness) Inject(ctx context.Context, f Fault) (*Injection, error) {
+	began := proc.Monotonic()
 	target, err := f.Inject(ctx)
-	in := &Injection{span: Span{Kind: f.Kind, Target: target, Injected: proc.Monotonic(), Err: err}, heal: f.Heal}
+	in := &Injection{span: Span{Kind: f.Kind, Target: target, Began: began, Injected: proc.Monotonic(), Err: err}, heal: f.Heal}
 	if f.Heal == nil || err != nil {
 		in.span.Healed = in.span.Injected
 		in.heal = nil

@@ -36,13 +36,12 @@ func TestLockContention(t *testing.T) {
 // leaves late, like one held up by a GC pause. Fencing must reject it, and
 // the holder must learn that it lost the lease; with fencing off (the
 // negative control) the store accepts it and the stale-writes check must
-// say so. It returns the report and the paused worker's hold.
-func pausedHolder(t *testing.T, s *system, noFencing bool) (*Report, *Hold) {
+// say so. It returns the report and the paused worker's hold. The
+// workers' first sleep (cfg.Work) must be long enough for the pause to
+// land in it.
+func pausedHolder(t *testing.T, s *system, cfg WorkerConfig) (*Report, *Hold) {
 	e := newEnv(t)
-	k := key(t)
-	cfg := lockConfig(k, s.ttl)
-	cfg.Work = 100 * time.Millisecond // the pause lands in this sleep
-	cfg.NoFencing = noFencing
+	k := cfg.Key
 	e.start(3, s.url(), cfg)
 	e.ready()
 	ev, mark := e.await(0, Is("acquired", nil), "a first holder")
@@ -54,7 +53,7 @@ func pausedHolder(t *testing.T, s *system, noFencing bool) (*Report, *Hold) {
 	lost, _ := e.await(mark, Is("lost", paused), "the paused holder to learn of its loss")
 	t.Logf("the paused holder learned of its loss %v after SIGCONT", max(0, lost.At-resumed).Round(time.Millisecond))
 	e.awaitCount(mark, 3, Is("acquired", nil), "grants after the resume")
-	rep := e.finish(PrimLock, k, Spec{Prim: PrimLock, TTL: s.ttl, Fencing: !noFencing}, open(t, s.url()))
+	rep := e.finish(cfg.Prim, k, Spec{Prim: cfg.Prim, TTL: s.ttl, Fencing: !cfg.NoFencing}, open(t, s.url()))
 	for _, h := range rep.History.Holds {
 		if h.Worker == paused.Index() && h.Acquired == ev.At {
 			return rep, h
@@ -62,6 +61,13 @@ func pausedHolder(t *testing.T, s *system, noFencing bool) (*Report, *Hold) {
 	}
 	t.Fatal("the paused hold is not in the history")
 	return nil, nil
+}
+
+func pausedConfig(k string, ttl time.Duration, noFencing bool) WorkerConfig {
+	c := lockConfig(k, ttl)
+	c.Work = 100 * time.Millisecond // the pause lands in this sleep
+	c.NoFencing = noFencing
+	return c
 }
 
 // wantFenced checks what fencing must have done to the paused holder: its
@@ -90,7 +96,7 @@ func wantFenced(t *testing.T, rep *Report, h *Hold) {
 // write is rejected by its fencing token and it learns of its loss.
 func TestLockPausedHolder(t *testing.T) {
 	forEach(t, func(t *testing.T, s *system) {
-		rep, h := pausedHolder(t, s, false)
+		rep, h := pausedHolder(t, s, pausedConfig(key(t), s.ttl, false))
 		wantFenced(t, rep, h)
 	})
 }
@@ -101,7 +107,7 @@ func TestLockPausedHolder(t *testing.T) {
 // past its expiry is still no overlap.
 func TestLockPausedHolderNoFencing(t *testing.T) {
 	forEach(t, func(t *testing.T, s *system) {
-		rep, _ := pausedHolder(t, s, true)
+		rep, _ := pausedHolder(t, s, pausedConfig(key(t), s.ttl, true))
 		wantViolation(t, rep, CheckStaleWrites)
 		if r := rep.Result(CheckExclusion); !r.OK() {
 			t.Errorf("a paused holder past its expiry counted as an overlap: %v", r.Violations)

@@ -15,8 +15,6 @@ func electConfig(k string, ttl time.Duration) WorkerConfig {
 	return c
 }
 
-func electSpec(ttl time.Duration) Spec { return Spec{Prim: PrimElect, TTL: ttl, Fencing: true} }
-
 // TestElectContention: candidates take turns leading; one leader at a
 // time, one leader per term, terms growing.
 func TestElectContention(t *testing.T) {
@@ -26,7 +24,7 @@ func TestElectContention(t *testing.T) {
 		e.start(3, s.url(), electConfig(k, s.ttl))
 		e.ready()
 		e.awaitCount(0, 4, Is("acquired", nil), "terms")
-		wantOK(t, e.finish(PrimElect, k, electSpec(s.ttl), open(t, s.url())))
+		wantOK(t, e.finish(PrimElect, k, s.spec(PrimElect), open(t, s.url())))
 	})
 }
 
@@ -51,7 +49,7 @@ func TestElectKilledLeader(t *testing.T) {
 		ev, mark := e.await(0, Is("acquired", nil), "a first leader")
 		e.inject(KillClient(e.h.WorkerOf(ev)))
 		e.awaitCount(mark, 2, Is("acquired", nil), "terms after the death")
-		rep := e.finish(PrimElect, k, electSpec(s.ttl), open(t, s.url()))
+		rep := e.finish(PrimElect, k, s.spec(PrimElect), open(t, s.url()))
 		wantOK(t, rep)
 		if r := rep.Result(CheckUnavailable); r.Skipped != "" {
 			t.Errorf("the unavailability check did not run: %s", r.Skipped)
@@ -82,7 +80,7 @@ func TestElectCutOffLeader(t *testing.T) {
 		e.await(mark, Is("lost", cut), "the cut-off leader to learn of its loss")
 		e.heal(in)
 		e.awaitCount(mark2, 2, Is("acquired", nil), "terms after the heal")
-		rep := e.finish(PrimElect, k, electSpec(s.ttl), open(t, s.url()))
+		rep := e.finish(PrimElect, k, s.spec(PrimElect), open(t, s.url()))
 		wantOK(t, rep)
 	})
 }

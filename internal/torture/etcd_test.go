@@ -9,6 +9,7 @@ import (
 // contend, and restarted: grants go on, and every check passes (etcd keeps
 // leases alive across a change of leader).
 func TestEtcdLeaderStopped(t *testing.T) {
+	t.Parallel()
 	for _, kill := range []bool{false, true} {
 		name := "stopped"
 		if kill {
@@ -26,7 +27,7 @@ func TestEtcdLeaderStopped(t *testing.T) {
 			mark = e.awaitCount(mark, 6, Is("acquired", nil), "grants without the old leader")
 			e.heal(in)
 			e.awaitCount(mark, 3, Is("acquired", nil), "grants after the restart")
-			wantOK(t, e.finish(PrimLock, k, lockSpec(s.ttl), open(t, s.url())))
+			wantOK(t, e.finish(PrimLock, k, s.spec(PrimLock), open(t, s.url())))
 		})
 	}
 }

@@ -3,8 +3,10 @@ package torture
 import (
 	"bytes"
 	"context"
+	"flag"
 	"fmt"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -19,6 +21,15 @@ import (
 
 func TestMain(m *testing.M) {
 	proc.RunIfWorker()
+	// The scenarios spend their time waiting on timers (TTLs, quarantine,
+	// worker start-up), not on the CPU: run 4 at a time, not GOMAXPROCS,
+	// unless -test.parallel says otherwise.
+	flag.Parse()
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if !set {
+		_ = flag.Set("test.parallel", "4")
+	}
 	leakcheck.VerifyTestMain(m)
 }
 
@@ -94,9 +105,27 @@ func (e *env) await(from int, match func(proc.Event) bool, what string) (proc.Ev
 	defer cancel()
 	ev, next, err := e.h.Await(ctx, from, match)
 	if err != nil {
+		e.dump()
 		e.t.Fatalf("waiting for %s: %v", what, err)
 	}
 	return ev, next
+}
+
+// dump logs the events recorded so far, for a scenario that failed.
+func (e *env) dump() {
+	ids := map[int]string{}
+	for _, w := range e.h.Workers() {
+		ids[w.Index()] = w.ID()
+	}
+	evs := e.h.Events()
+	var b strings.Builder
+	for _, ev := range evs[max(0, len(evs)-60):] {
+		fmt.Fprintf(&b, "  %d.%03d %s %s %v\n", ev.At/time.Second, ev.At%time.Second/time.Millisecond, ids[ev.Worker], ev.Name, ev.Fields)
+	}
+	for _, sp := range e.h.Spans() {
+		fmt.Fprintf(&b, "  fault %s injected %v healed %v\n", sp.Name(), sp.Injected, sp.Healed)
+	}
+	e.t.Logf("the last events:\n%s", b.String())
 }
 
 // awaitCount waits for n events at or after from that match.

@@ -19,12 +19,13 @@ func minorityFault(t *testing.T, s *system, url string, fault Fault) {
 	mark = e.awaitCount(mark, 6, Is("acquired", nil), "grants under the fault")
 	e.heal(in)
 	e.awaitCount(mark, 3, Is("acquired", nil), "grants after the fault")
-	wantOK(t, e.finish(PrimLock, k, lockSpec(s.ttl), open(t, s.url())))
+	wantOK(t, e.finish(PrimLock, k, s.spec(PrimLock), open(t, s.url())))
 }
 
 // TestRedlockMinority: 2 of 5 nodes killed (restarted empty), paused, or
 // slowed beyond the per-node timeout: grants go on and every check passes.
 func TestRedlockMinority(t *testing.T) {
+	t.Parallel()
 	t.Run("killed", func(t *testing.T) {
 		t.Parallel()
 		s := newSystem(t, "redlock")
@@ -63,20 +64,22 @@ func TestRedlockMajorityLost(t *testing.T) {
 	mark = e.awaitCount(mark, 6, Is("unavailable", nil), "failed acquisitions without a majority")
 	e.heal(in)
 	e.awaitCount(mark, 3, Is("acquired", nil), "grants after the restart")
-	rep := e.finish(PrimLock, k, lockSpec(s.ttl), open(t, s.url()))
+	rep := e.finish(PrimLock, k, s.spec(PrimLock), open(t, s.url()))
 	wantOK(t, rep)
 
 	span := rep.Spans[0]
 	classes := map[string]int{}
 	for _, u := range rep.History.Unavailable {
-		if u.At < span.Injected {
-			continue
+		if u.Asked < span.Injected {
+			continue // it may have waited behind a holder before the fault
 		}
 		classes[u.Class]++
 		if took := u.At - u.Asked; took > cfg.AcquireTimeout+time.Second {
 			t.Errorf("an Acquire took %v to give up, above its %v deadline: a hang", took, cfg.AcquireTimeout)
 		}
-		if u.Class != "noquorum" && u.Class != "quarantined" {
+		// Within a TTL of the fault a hold granted before it may still
+		// live on the two nodes left: those refusals are contention.
+		if u.Class != "noquorum" && u.Class != "quarantined" && u.Asked > span.Injected+s.ttl {
 			t.Errorf("an Acquire without a majority failed as %q, want noquorum or quarantined", u.Class)
 		}
 	}

@@ -23,7 +23,7 @@ func TestSemContention(t *testing.T) {
 		e.start(4, s.url(), semConfig(k, s.ttl))
 		e.ready()
 		e.awaitCount(0, 25, Is("acquired", nil), "grants")
-		rep := e.finish(PrimSem, k, Spec{Prim: PrimSem, Size: semSize, TTL: s.ttl, Fencing: true}, open(t, s.url()))
+		rep := e.finish(PrimSem, k, s.spec(PrimSem), open(t, s.url()))
 		wantOK(t, rep)
 	})
 }
@@ -41,7 +41,7 @@ func TestSemKilledHolder(t *testing.T) {
 		ev, mark := e.await(0, Is("acquired", nil), "a first holder")
 		e.inject(KillClient(e.h.WorkerOf(ev)))
 		e.awaitCount(mark, 6, Is("acquired", nil), "grants after the death")
-		wantOK(t, e.finish(PrimSem, k, Spec{Prim: PrimSem, Size: semSize, TTL: s.ttl, Fencing: true}, open(t, s.url())))
+		wantOK(t, e.finish(PrimSem, k, s.spec(PrimSem), open(t, s.url())))
 	}, "redis", "redlock")
 }
 

@@ -23,6 +23,7 @@ const (
 type system struct {
 	name    string
 	ttl     time.Duration         // the workers' TTL
+	slack   time.Duration         // Spec.UnavailSlack
 	redis   []*redistest.Server   // the single server, or the Redlock nodes
 	cluster *etcdtest.Cluster     // etcd
 	query   []string              // Redlock URL options
@@ -36,7 +37,7 @@ var allBackends = []string{"redis", "redlock", "etcd"}
 // newSystem starts the servers of the named backend.
 func newSystem(t *testing.T, name string) *system {
 	t.Helper()
-	s := &system{name: name, t: t, ttl: time.Second}
+	s := &system{name: name, t: t, ttl: time.Second, slack: 2 * time.Second}
 	switch name {
 	case "redis":
 		s.redis = []*redistest.Server{redistest.Start(t, nil)}
@@ -44,7 +45,14 @@ func newSystem(t *testing.T, name string) *system {
 		s.redis = redistest.StartN(t, 5, nil)
 		s.query = []string{fmt.Sprintf("max_ttl=%v", rlMaxTTL), fmt.Sprintf("node_timeout=%v", rlNodeTimeout)}
 	case "etcd":
-		s.cluster = etcdtest.Start(t, &etcdtest.Options{Members: 3})
+		// A slower heartbeat than etcdtest's default: the members run in
+		// the test process, which shares two cores with the workers of 4
+		// scenarios at once, and a starved follower that calls an election
+		// moves the leader, which renews every lease for its full TTL.
+		s.cluster = etcdtest.Start(t, &etcdtest.Options{Members: 3, TickMs: 50, ElectionMs: 500})
+		// Each change of etcd leader restarts the TTL of every lease (the
+		// new leader cannot know how much of it the old one had counted).
+		s.slack = 4 * time.Second
 	default:
 		t.Fatalf("unknown backend %q", name)
 	}
@@ -89,14 +97,24 @@ func (s *system) proxied(extra ...string) (string, []*faultproxy.Proxy) {
 	return s.urlOf(addrs, extra...), ps
 }
 
+// spec is what the checks expect of prim on this backend.
+func (s *system) spec(prim string) Spec {
+	sp := Spec{Prim: prim, TTL: s.ttl, Fencing: true, UnavailSlack: s.slack}
+	if prim == PrimSem {
+		sp.Size = semSize
+	}
+	return sp
+}
+
 // node names Redis server i for a fault.
 func (s *system) node(i int) (string, *redistest.Server) {
 	return fmt.Sprintf("node %d", i), s.redis[i]
 }
 
 // forEach runs scenario as a parallel subtest on each backend of names
-// (all of them when empty).
+// (all of them when empty), in parallel with the other tests.
 func forEach(t *testing.T, scenario func(t *testing.T, s *system), names ...string) {
+	t.Parallel()
 	if len(names) == 0 {
 		names = allBackends
 	}

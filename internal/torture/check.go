@@ -348,13 +348,16 @@ func CheckStaleWritesOf(h *History, store []StoreWrite, spec Spec) *Result {
 // have run yet.
 func checkLossNoticed(h *History) *Result {
 	r := &Result{Name: CheckLossNoticed}
-	byLease, byRelease := 0, 0
+	byLease, byRelease, vanished := 0, 0, 0
 	for _, ho := range h.Holds {
 		switch {
 		case ho.Died > 0:
 			continue
 		case ho.Lost > 0:
 			byLease++
+			continue
+		case ho.Outcome == "notheld" && ho.Releasing < ho.Expiry:
+			vanished++ // the servers had lost it (a restart without persistence)
 			continue
 		case ho.Outcome == "notheld":
 			byRelease++
@@ -365,6 +368,9 @@ func checkLossNoticed(h *History) *Result {
 		}
 	}
 	r.note("%d holders learned of their loss from the lease, %d only from their release", byLease, byRelease)
+	if vanished > 0 {
+		r.note("%d releases within the lease found the hold already gone from the servers", vanished)
+	}
 	r.finish()
 	return r
 }

@@ -7,6 +7,7 @@
 //	dsync elect NAME --id ID [--url URL] [--once] [--ttl D] -- CMD [ARGS...]
 //	dsync leader NAME [--url URL] [--watch]
 //	dsync bench [--url URL ...] [--slices N] [--slice D] [--json | --csv]
+//	dsync check [--url URL] [--duration D] [--primitive lock|sem|elect] [--faults F,...] [--workers N] [--report FILE]
 //	dsync url-help
 //
 // The backend comes from --url or the DSYNC_URL environment variable. Exit
@@ -65,6 +66,7 @@ func commands() []command {
 		{"elect", "run a command only while leading an election: dsync elect NAME --id ID [flags] -- CMD [ARGS...]", runElect},
 		{"leader", "print the current leader of an election, or follow it with --watch: dsync leader NAME [--watch]", runLeader},
 		{"bench", "measure the backends side by side: uncontended latency, throughput, contended handoffs and fairness", runBench},
+		{"check", "soak a backend under faults with worker processes and check safety: dsync check [--url URL] [--faults ...]", runCheck},
 		{"url-help", "list the backend URL schemes and their options", runURLHelp},
 	}
 }

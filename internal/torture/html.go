@@ -21,17 +21,24 @@ const (
 // palette colours the workers' bars, in turn.
 var palette = []string{"#4e79a7", "#59a14f", "#9c755f", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7", "#bab0ac"}
 
-// WriteHTML writes the report as one self-contained HTML page (no script,
-// no external resource): the checks, then a timeline with one row per
-// worker, a bar for each hold from its grant to the end of its validity
-// (outlined red if one of its writes was rejected, hatched once its holder
-// outlived it), and the faults as shaded spans across the rows.
+// WriteHTML writes the report as one self-contained HTML page (see the
+// function WriteHTML).
 func (r *Report) WriteHTML(w io.Writer) error {
-	var b bytes.Buffer
 	title := r.Title
 	if title == "" {
 		title = "dsync check"
 	}
+	return WriteHTML(w, title, r)
+}
+
+// WriteHTML writes reports as one self-contained HTML page (no script, no
+// external resource). For each report: the checks, then a timeline with
+// one row per worker, a bar for each hold from its grant to the end of its
+// validity (outlined red if one of its writes was rejected, hatched where
+// its holder was still at work past it), and the faults as shaded spans
+// across the rows.
+func WriteHTML(w io.Writer, title string, reports ...*Report) error {
+	var b bytes.Buffer
 	fmt.Fprintf(&b, `<!DOCTYPE html>
 <html><head><meta charset="utf-8"><title>%s</title>
 <style>
@@ -42,6 +49,18 @@ td,th{padding:2px 10px;text-align:left;vertical-align:top}
 </style></head><body>
 <h1>%s</h1>
 `, html.EscapeString(title), html.EscapeString(title))
+	for _, r := range reports {
+		if len(reports) > 1 || r.Title != title {
+			fmt.Fprintf(&b, "<h2>%s</h2>\n", html.EscapeString(r.Title))
+		}
+		r.writeSection(&b)
+	}
+	b.WriteString("</body></html>\n")
+	_, err := w.Write(b.Bytes())
+	return err
+}
+
+func (r *Report) writeSection(b *bytes.Buffer) {
 	verdict := `<p class="ok">Every check passed.</p>`
 	if !r.OK() {
 		verdict = fmt.Sprintf(`<p class="fail">Violations found: %s</p>`, html.EscapeString(fmt.Sprint(r.Failed())))
@@ -58,7 +77,7 @@ td,th{padding:2px 10px;text-align:left;vertical-align:top}
 			status, class = fmt.Sprintf("FAIL (%d)", res.Count()), "fail"
 			details = append(slices.Clone(res.Violations), res.Notes...)
 		}
-		fmt.Fprintf(&b, `<tr><td>%s</td><td class="%s">%s</td><td>`, res.Name, class, status)
+		fmt.Fprintf(b, `<tr><td>%s</td><td class="%s">%s</td><td>`, res.Name, class, status)
 		for i, d := range details {
 			if i > 0 {
 				b.WriteString("<br>")
@@ -67,15 +86,13 @@ td,th{padding:2px 10px;text-align:left;vertical-align:top}
 		}
 		b.WriteString("</td></tr>\n")
 	}
-	b.WriteString("</table>\n<h2>Holders over time</h2>\n")
-	r.writeSVG(&b)
-	b.WriteString("\n<h2>Report</h2>\n<pre>")
+	b.WriteString("</table>\n<h3>Holders over time</h3>\n")
+	r.writeSVG(b)
+	b.WriteString("\n<h3>Report</h3>\n<pre>")
 	var text bytes.Buffer
 	r.WriteText(&text)
 	b.WriteString(html.EscapeString(text.String()))
-	b.WriteString("</pre>\n</body></html>\n")
-	_, err := w.Write(b.Bytes())
-	return err
+	b.WriteString("</pre>\n")
 }
 
 func (r *Report) writeSVG(b *bytes.Buffer) {

@@ -62,8 +62,8 @@ type Stats struct {
 }
 
 // Stats computes the run's numbers. LongestGap is the longest time with
-// no valid hold, from the first grant to the last (for a lock: the worst
-// unavailability the workers saw).
+// no valid hold, from the first grant to the last event (for a lock: the
+// worst unavailability the workers saw).
 func (r *Report) Stats() Stats {
 	var s Stats
 	h := r.History
@@ -90,6 +90,9 @@ func (r *Report) Stats() Stats {
 			s.LongestGap, s.LongestGapFrom, s.LongestGapTo = ho.Acquired-covered, covered, ho.Acquired
 		}
 		covered = max(covered, ho.End())
+	}
+	if len(h.Holds) > 0 && h.End-covered > s.LongestGap {
+		s.LongestGap, s.LongestGapFrom, s.LongestGapTo = h.End-covered, covered, h.End
 	}
 	return s
 }
@@ -126,6 +129,9 @@ func (r *Report) WriteText(w io.Writer) {
 		for _, sp := range spans {
 			at := sp.Injected - r.History.Start
 			line := fmt.Sprintf("    +%-8v %s", at.Round(time.Millisecond), sp.Name())
+			if took := sp.Injected - sp.Began; sp.Began > 0 && took >= 10*time.Millisecond {
+				line += fmt.Sprintf(" (injecting took %v)", took.Round(time.Millisecond))
+			}
 			switch {
 			case sp.Healed == 0:
 				line += " (never healed)"

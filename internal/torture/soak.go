@@ -14,6 +14,7 @@ import (
 	"github.com/dsync-dev/dsync/internal/etcdtest"
 	"github.com/dsync-dev/dsync/internal/faultproxy"
 	"github.com/dsync-dev/dsync/internal/redistest"
+	"github.com/dsync-dev/dsync/locker"
 )
 
 // Fault kinds a soak can inject (SoakConfig.Faults).
@@ -158,6 +159,15 @@ func Soak(ctx context.Context, c SoakConfig) (*Report, error) {
 		return nil, err
 	}
 	defer b.Close()
+	// The workers' settings, checked here rather than failing in every
+	// worker.
+	size := 1
+	if c.Prim == PrimSem {
+		size = c.Size
+	}
+	if _, _, _, err := locker.Config(b, c.Key, size, &locker.Options{TTL: c.TTL}); err != nil {
+		return nil, err
+	}
 	s := &soak{c: c, h: New(c.Spawn, c.Store), rng: rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())), links: map[*Worker][]*faultproxy.Proxy{}}
 	for _, f := range c.Faults {
 		s.proxy = s.proxy || f == FaultLatency || f == FaultBlackhole || f == FaultRefuse
@@ -186,7 +196,7 @@ func Soak(ctx context.Context, c SoakConfig) (*Report, error) {
 	start := time.Now()
 	tick := time.NewTicker(c.Every)
 	defer tick.Stop()
-	spec := Spec{Prim: c.Prim, Size: c.Size, TTL: c.TTL, Fencing: b.Driver().Capabilities().Fencing}
+	spec := Spec{Prim: c.Prim, Size: size, TTL: c.TTL, Fencing: b.Driver().Capabilities().Fencing}
 loop:
 	for {
 		select {
@@ -266,7 +276,7 @@ func (s *soak) startWorker() (*Worker, error) {
 	s.n++
 	s.mu.Unlock()
 	w, err := s.h.Start(url, WorkerConfig{
-		ID: id, Prim: s.c.Prim, Key: s.c.Key, Store: s.c.StoreAddr, TTL: s.c.TTL, Size: s.c.Size,
+		ID: id, Prim: s.c.Prim, Key: s.c.Key, Store: s.c.StoreAddr, TTL: s.c.TTL, Size: max(s.c.Size, 1),
 		Writes: 3, Work: s.c.TTL / 20, Gap: s.c.TTL / 100, AcquireTimeout: 5*s.c.TTL + 5*time.Second,
 	})
 	if err != nil {

@@ -3,6 +3,8 @@ package torture
 import (
 	"testing"
 	"time"
+
+	"github.com/dsync-dev/dsync/internal/redistest"
 )
 
 // lockConfig is the workers' configuration of the lock scenarios.
@@ -186,4 +188,38 @@ func TestLockScriptFlush(t *testing.T) {
 		e.awaitCount(mark, 5, Is("acquired", nil), "grants after the second flush")
 		wantOK(t, e.finish(PrimLock, k, s.spec(PrimLock), open(t, s.url())))
 	}, "redis", "redlock")
+}
+
+// redisRestart: the single Redis server is killed and restarted right
+// after a grant, while its holder works on.
+func redisRestart(t *testing.T, persistent bool) *Report {
+	t.Parallel()
+	srv := redistest.Start(t, &redistest.Options{Persistent: persistent})
+	e := newEnv(t)
+	k := key(t)
+	cfg := lockConfig(k, time.Second)
+	cfg.Work = 100 * time.Millisecond
+	e.start(3, srv.URL(), cfg)
+	e.ready()
+	_, mark := e.await(0, Is("acquired", nil), "a first holder")
+	e.inject(RestartNode("redis", srv))
+	e.awaitCount(mark, 4, Is("acquired", nil), "grants after the restart")
+	return e.finish(PrimLock, k, lockSpec(time.Second), open(t, srv.URL()))
+}
+
+// TestRedisRestartPersistent: with the append-only file fsynced on every
+// write, a restart keeps the holds (with their expiry) and the fencing
+// counters: every check passes.
+func TestRedisRestartPersistent(t *testing.T) {
+	wantOK(t, redisRestart(t, true))
+}
+
+// TestRedisRestartEphemeral shows what single Redis does not promise: a
+// server restarted without persistence forgets the hold and the fencing
+// counter, so a second client is granted the lock while the first still
+// holds it, with a token that does not grow. The checks must say so.
+func TestRedisRestartEphemeral(t *testing.T) {
+	rep := redisRestart(t, false)
+	wantViolation(t, rep, CheckExclusion)
+	wantViolation(t, rep, CheckTokens)
 }

@@ -20,6 +20,7 @@ type Summary struct {
 	Machine           Machine           `json:"machine"`
 	PinnedMachine     *Machine          `json:"pinned_machine,omitempty"`
 	Config            Config            `json:"config"`
+	PinnedConfig      *Config           `json:"pinned_config,omitempty"`
 	UncontendedPinned []CycleSummary    `json:"uncontended_pinned,omitempty"`
 	Uncontended       []CycleSummary    `json:"uncontended"`
 	Throughput        []CycleSummary    `json:"throughput"`
@@ -123,7 +124,7 @@ func summarise(fr, pr *RunResult) (*Summary, error) {
 		s.SemFree = append(s.SemFree, SemFreeSummary{CycleSummary: c, VsLock: spread(vs)})
 	}
 	if pr != nil {
-		s.PinnedMachine = &pr.Machine
+		s.PinnedMachine, s.PinnedConfig = &pr.Machine, &pr.Config
 		s.UncontendedPinned = summariseCycles(pr, func(r *Round) map[string]CycleSample { return r.Uncontended })
 		for k, v := range pr.Errors {
 			if s.Errors == nil {
@@ -185,13 +186,14 @@ func checks(s *Summary) []Check {
 		d := find(unc, cycTarget, c.group, "dsync")
 		nf := find(unc, cycTarget, c.group, "dsync (no fencing)")
 		try := find(unc, cycTarget, c.group, "dsync ("+variantTry+")")
+		tryNF := find(unc, cycTarget, c.group, "dsync ("+variantTryNoFence+")")
 		if d == nil {
 			continue
 		}
-		best, bestName := math.Inf(1), ""
+		best, bestName, bestP50 := math.Inf(1), "", 0.0
 		for _, x := range unc {
 			if x.Target.Group == c.group && x.Target.Role == rolePeer && x.VsFloor.Median < best {
-				best, bestName = x.VsFloor.Median, x.Target.Name
+				best, bestName, bestP50 = x.VsFloor.Median, x.Target.Name, x.P50VsFloor.Median
 			}
 		}
 		m := fmt.Sprintf("dsync %s", fmtSpread(d.VsFloor, "x"))
@@ -200,6 +202,16 @@ func checks(s *Summary) []Check {
 		}
 		if try != nil {
 			m += fmt.Sprintf("; TryAcquire (one attempt, no release subscription) %s", fmtSpread(try.VsFloor, "x"))
+		}
+		if tryNF != nil {
+			m += fmt.Sprintf("; TryAcquire without fencing (what the floor does) %s", fmtSpread(tryNF.VsFloor, "x"))
+		}
+		m += fmt.Sprintf(". Median cycle (p50) over the floor's: dsync %.2fx", d.P50VsFloor.Median)
+		if tryNF != nil {
+			m += fmt.Sprintf(", TryAcquire without fencing %.2fx", tryNF.P50VsFloor.Median)
+		}
+		if bestName != "" {
+			m += fmt.Sprintf(", %s %.2fx", bestName, bestP50)
 		}
 		if bestName != "" {
 			m += fmt.Sprintf("; best peer (%s) %.2fx", bestName, best)
@@ -289,15 +301,18 @@ func markdown(s *Summary) string {
 		if len(list) == 0 {
 			return
 		}
-		p("\n## %s\n\n%s\n\n| servers | library | cycles/s | p50 | p99 | cost vs floor | cost vs best peer | errors |\n|---|---|---|---|---|---|---|---|\n", title, note)
+		p("\n## %s\n\n%s\n\n| servers | library | cycles/s | p50 | p99 | cost vs floor | p50 vs floor | cost vs best peer | errors |\n|---|---|---|---|---|---|---|---|---|\n", title, note)
 		for _, x := range list {
-			p("| %s | %s | %s | %s | %s | %s | %s | %d |\n", x.Target.Group, labelOf(x.Target), fmtRate(x.PerSecond),
-				fmtUs(x.P50Us.Median), fmtUs(x.P99Us.Median), fmtSpread(x.VsFloor, "x"), fmtSpread(x.VsBestPeer, "x"), x.Errors)
+			p("| %s | %s | %s | %s | %s | %s | %s | %s | %d |\n", x.Target.Group, labelOf(x.Target), fmtRate(x.PerSecond),
+				fmtUs(x.P50Us.Median), fmtUs(x.P99Us.Median), fmtSpread(x.VsFloor, "x"), fmtSpread(x.P50VsFloor, "x"), fmtSpread(x.VsBestPeer, "x"), x.Errors)
 		}
 	}
-	cycles("Uncontended, pinned to one CPU (compare per-operation cost here)",
-		"One goroutine, a fresh key per cycle, lock+unlock; the bench program, its redis-servers and the embedded etcd all on CPU 0 (`taskset -c 0`). Cost = mean time per cycle; 1.10x means 10% slower than the floor (or the cheapest peer of the same servers) in the same round.",
-		s.UncontendedPinned)
+	if pc := s.PinnedConfig; pc != nil {
+		cycles("Uncontended, pinned to one CPU (compare per-operation cost here)",
+			fmt.Sprintf("One goroutine, a fresh key per cycle, lock+unlock; the bench program, its redis-servers and the embedded etcd all on CPU 0 (`taskset -c 0`); a run of its own, %d rounds of %v slices (short slices: neighbours in time see the same noise). "+
+				"Cost = mean time per cycle; 1.10x means 10%% slower than the floor (or the cheapest peer of the same servers) in the same round.", pc.Rounds, time.Duration(pc.Slice)),
+			s.UncontendedPinned)
+	}
 	cycles("Uncontended, 2 cores",
 		"The same on both CPUs: client and servers land on either CPU, so single-operation latency depends on placement; for reference only.",
 		s.Uncontended)

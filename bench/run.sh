@@ -9,8 +9,10 @@
 #   2. every scenario on both CPUs;
 #   3. bench/results/latest.md, latest.json and contention.png.
 #
-# Takes about 7 minutes. Environment: BENCH_ROUNDS (default 8; the pinned
-# run does 2 more), BENCH_SLICE (400ms), BENCH_CONTENTION_SLICE (1s).
+# Takes about 7 minutes. Environment: BENCH_ROUNDS (default 8),
+# BENCH_SLICE (400ms), BENCH_CONTENTION_SLICE (1s), and for the pinned run
+# BENCH_PINNED_ROUNDS (40) of BENCH_PINNED_SLICE (100ms): short slices, so
+# that the targets compared see the same noise.
 # Needs redis-server (apt-get install -y redis-server), taskset and Go.
 set -euo pipefail
 
@@ -18,6 +20,8 @@ cd "$(dirname "$0")"
 rounds=${BENCH_ROUNDS:-8}
 slice=${BENCH_SLICE:-400ms}
 cslice=${BENCH_CONTENTION_SLICE:-1s}
+prounds=${BENCH_PINNED_ROUNDS:-40}
+pslice=${BENCH_PINNED_SLICE:-100ms}
 
 command -v redis-server >/dev/null || { echo "run.sh: redis-server not found (apt-get install -y redis-server)" >&2; exit 1; }
 command -v taskset >/dev/null || { echo "run.sh: taskset not found (util-linux)" >&2; exit 1; }
@@ -36,7 +40,7 @@ go build -o "$tmp/bench" .
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "1/2: uncontended, pinned to CPU 0"
 taskset -c 0 "$tmp/bench" run -scenarios uncontended -mode "pinned to CPU 0" \
-	-rounds $((rounds + 2)) -slice "$slice" -commit "$commit" -out "$tmp/pinned.json"
+	-rounds "$prounds" -slice "$pslice" -commit "$commit" -out "$tmp/pinned.json"
 
 echo "2/2: every scenario, 2 CPUs"
 "$tmp/bench" run -mode "2 CPUs" -rounds "$rounds" -slice "$slice" -contention-slice "$cslice" \

@@ -37,9 +37,13 @@ const (
 	roleFloor = "floor"
 )
 
-// variantTry is dsync's one-attempt variant (TryAcquire): on a free key it
-// shows what Acquire's blocking machinery costs.
-const variantTry = "TryAcquire"
+// variantTry and variantTryNoFence are dsync's one-attempt variants
+// (TryAcquire): on a free key they show what Acquire's blocking machinery
+// costs; without fencing, the lock path alone, doing what the floor does.
+const (
+	variantTry        = "TryAcquire"
+	variantTryNoFence = "TryAcquire, no fencing"
+)
 
 // errGaveUp marks a blocking lock call that returned because the library's
 // own retry policy gave up (redsync's 32 tries); the contention runner asks
@@ -153,7 +157,7 @@ func dsyncTarget(group, variant string, b *dsync.Backend, url string, opts *lock
 		name: "dsync", variant: variant, group: group, role: roleDsync,
 		newWorker: func(ctx context.Context) (worker, error) {
 			if url == "" {
-				return &dsyncWorker{b: b, opts: opts, try: variant == variantTry}, nil
+				return &dsyncWorker{b: b, opts: opts, try: variant == variantTry || variant == variantTryNoFence}, nil
 			}
 			own, err := dsync.Open(ctx, url)
 			if err != nil {
@@ -402,6 +406,7 @@ func allTargets(s *servers, c *clients, b *backends) []*target {
 		both(dsyncTarget(groupRedis, "", b.redis, "", dflt)),
 		cyc(dsyncTarget(groupRedis, "no fencing", b.redis, "", nofence)),
 		cyc(dsyncTarget(groupRedis, variantTry, b.redis, "", dflt)),
+		cyc(dsyncTarget(groupRedis, variantTryNoFence, b.redis, "", nofence)),
 		con(dsyncTarget(groupRedis, "8 clients", nil, s.redisURL(), dflt)),
 		both(redsyncTarget(groupRedis, []*goredis.Client{c.single}, 0)),
 		con(redsyncTarget(groupRedis, []*goredis.Client{c.single}, time.Millisecond)),
@@ -412,6 +417,7 @@ func allTargets(s *servers, c *clients, b *backends) []*target {
 		both(dsyncTarget(groupRedlock, "", b.redlock, "", dflt)),
 		cyc(dsyncTarget(groupRedlock, "no fencing", b.redlock, "", nofence)),
 		cyc(dsyncTarget(groupRedlock, variantTry, b.redlock, "", dflt)),
+		cyc(dsyncTarget(groupRedlock, variantTryNoFence, b.redlock, "", nofence)),
 		con(dsyncTarget(groupRedlock, "8 clients", nil, s.redlockURL(), dflt)),
 		both(redsyncTarget(groupRedlock, c.masters, 0)),
 		con(redsyncTarget(groupRedlock, c.masters, time.Millisecond)),

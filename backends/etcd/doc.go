@@ -42,8 +42,11 @@
 //   - TTLs are whole seconds, rounded up, and raised by the cluster to its
 //     minimum (1.5 election timeouts rounded up: 2 s with etcd's default
 //     timing). Grant.TTL, and so the lease's TTL and validity, is the value
-//     the cluster granted. A lease keeps the TTL it was granted with:
-//     Refresh with a longer TTL is refused.
+//     the cluster granted, counted from the attempt's start; on an idle
+//     lease that was renewed within the last 1% of its TTL, it is what is
+//     left of the lease from the attempt's start (at most 1% short, and at
+//     least a second). A lease keeps the TTL it was granted with: Refresh
+//     with a longer TTL is refused.
 //   - A semaphore never has more than Size live holders: the holders are the
 //     first Size keys of the semaphore by create revision, as one
 //     transaction reads them, and a key's rank can only improve (keys are
@@ -65,14 +68,19 @@
 //
 // Acquire takes a lease and runs one transaction: if the key's create
 // revision is 0 (the key does not exist), and no permit of a semaphore N
-// exists, put it with the lease. The lease
-// is either granted for the attempt or one of the driver's idle leases,
-// renewed on a stream the driver keeps open, in parallel with the
-// transaction. A lease is idle when it holds no key: its attempt lost the
-// race, or its hold was released. Reusing it saves a raft write (the grant)
-// per acquisition, and a lost race leaves no lease behind to revoke. Each
-// hold still has a lease of its own while it lasts; a driver keeps at most
-// 64 idle leases, which expire on their own after Close.
+// exists, put it with the lease. The lease is either granted for the
+// attempt or one of the driver's idle leases. A lease is idle when it holds
+// no key: its attempt lost the race, or its hold was released. Reusing it
+// saves a raft write (the grant) per acquisition, and a lost race leaves no
+// lease behind to revoke. Each hold still has a lease of its own while it
+// lasts; a driver keeps at most 64 idle leases, which expire on their own
+// after Close. An idle lease is renewed, on a stream the driver keeps open
+// and in parallel with the transaction, unless it was renewed (or granted)
+// within the last 1% of its TTL: in a busy driver, where a lease goes from
+// hold to hold, that is one renewal per 1% of the TTL instead of one per
+// acquisition, and Grant.TTL says what is left of the lease instead of the
+// full TTL. Either way the hold lives at least Grant.TTL from the start of
+// the attempt, which is where validity is counted from.
 //
 // Refresh renews the hold's lease and then reads the key, and reports
 // ErrNotHeld unless the key is still the hold's (same create revision, same

@@ -263,7 +263,9 @@ type attempt struct {
 // backends.LimitMismatch when the name's live holds were taken with another
 // limit (a lock has limit 1). Grant.Fence is the hold's key's create
 // revision; Grant.TTL is the lease's TTL as the server applied it: req.TTL
-// rounded up to whole seconds, and raised to the cluster's minimum.
+// rounded up to whole seconds, and raised to the cluster's minimum; or, on
+// an idle lease of the driver's renewed a moment ago, what is left of it,
+// at most 1% less (see the package documentation).
 // Grant.Key is not set: Refresh and Release find a permit from the name and
 // the token.
 //
@@ -333,31 +335,48 @@ func (d *Driver) fullHere(a attempt, now time.Time) bool {
 	return true
 }
 
+// freshLease: a reused lease renewed less than 1/freshLease of its TTL ago
+// is not renewed again for an acquisition (see acquireOn).
+const freshLease = 100
+
 // errStaleLease: a reused lease was gone before the transaction applied.
 var errStaleLease = errors.New("etcd: idle lease expired")
 
-// acquireOn runs a's transaction with lease l. A reused idle lease is
-// renewed while the transaction runs: either order leaves the lease
-// expiring no earlier than a full TTL after this call started, which is
-// what the layer above counts on. It returns errStaleLease when a reused
-// lease turned out to be gone, and the transaction wrote nothing.
+// acquireOn runs a's transaction with lease l, fresh from a grant or
+// reused from the pool (reused). The hold must live a full TTL from the
+// start of the call, which is what the layer above counts on. A reused
+// lease renewed (or granted) less than 1% of its TTL ago is used as it is:
+// the grant's TTL is then what is left of the lease's, measured from this
+// call's start, at most 1% short of a full TTL and never below a second.
+// An older one is renewed while the transaction runs: either order leaves
+// the lease expiring no earlier than a full TTL after this call started.
+// In a busy driver, a lease goes from hold to hold and is renewed about
+// once in 1% of its TTL rather than on every acquisition. acquireOn returns
+// errStaleLease when a reused lease turned out to be gone, and the
+// transaction wrote nothing.
 func (d *Driver) acquireOn(ctx context.Context, a attempt, l idleLease, reused bool) (backends.Grant, error) {
 	if a.limit > 1 {
 		a.hk = permitKey(a.lk, l.id)
 	}
-	var wait func(context.Context) (*pb.LeaseKeepAliveResponse, error)
 	sent := time.Now()
+	ttl := time.Duration(l.ttl) * time.Second
+	var wait func(context.Context) (*pb.LeaseKeepAliveResponse, error)
 	if reused {
-		wait = d.renew.send(ctx, l.id)
+		if left := l.expires().Sub(sent); ttl-left <= ttl/freshLease && left >= time.Second {
+			ttl = left
+		} else {
+			wait = d.renew.send(ctx, l.id)
+		}
 	}
 	tr, err := d.txnAcquire(ctx, a, l.id)
 	var kaErr error
-	if reused {
+	if wait != nil {
 		if ka, werr := wait(ctx); werr != nil {
 			kaErr = werr
 		} else {
 			d.seen(ka.Header)
 			l.renewed, l.ttl = sent, ka.TTL
+			ttl = time.Duration(ka.TTL) * time.Second
 		}
 	}
 	if err != nil {
@@ -368,7 +387,7 @@ func (d *Driver) acquireOn(ctx context.Context, a attempt, l idleLease, reused b
 	}
 	h := hold{key: a.hk, limit: a.limit, lease: l.id, rev: tr.Header.Revision, secs: l.secs, ttl: l.ttl, renewed: l.renewed}
 	if a.limit > 1 {
-		return d.permitOutcome(ctx, a, tr, h, kaErr)
+		return d.permitOutcome(ctx, a, tr, h, ttl, kaErr)
 	}
 	if !tr.Succeeded {
 		if kaErr == nil {
@@ -382,7 +401,7 @@ func (d *Driver) acquireOn(ctx context.Context, a attempt, l idleLease, reused b
 		d.notify.refused(a.lk, tr.Header.Revision, nil)
 		return backends.Grant{}, backends.ErrNotAcquired
 	}
-	return d.granted(a, h, kaErr)
+	return d.granted(a, h, ttl, kaErr)
 }
 
 // txnAcquire is the acquisition's transaction, with lease.
@@ -420,16 +439,16 @@ func (d *Driver) txnAcquire(ctx context.Context, a attempt, lease clientv3.Lease
 }
 
 // granted records the hold h that a's transaction created and returns the
-// grant, or, when renewing its reused lease failed (kaErr), an error: the
-// key is on a lease whose life may end before a full TTL from the start of
-// the call, so this is no success. The hold is recorded either way, so that
-// the release the layer above then makes is quick.
-func (d *Driver) granted(a attempt, h hold, kaErr error) (backends.Grant, error) {
+// grant, good for ttl, or, when renewing its reused lease failed (kaErr),
+// an error: the key is on a lease whose life may end before a full TTL from
+// the start of the call, so this is no success. The hold is recorded either
+// way, so that the release the layer above then makes is quick.
+func (d *Driver) granted(a attempt, h hold, ttl time.Duration, kaErr error) (backends.Grant, error) {
 	d.holds.put(a.req.Key, a.req.Token, h)
 	if kaErr != nil {
 		return backends.Grant{}, fmt.Errorf("etcd: renewing the lease for the hold: %w", d.wrap(kaErr))
 	}
-	g := backends.Grant{TTL: time.Duration(h.ttl) * time.Second}
+	g := backends.Grant{TTL: ttl}
 	if a.req.Fence {
 		g.Fence = uint64(h.rev)
 	}

@@ -78,12 +78,13 @@ func decodePermitValue(v []byte) (token string, limit int, value []byte, ok bool
 }
 
 // permitOutcome reads the outcome of a permit's transaction (h is the key
-// it put, if it put one) and turns it into Acquire's result. An attempt
-// whose key is not among the holders, or that saw holders of another size,
-// deletes its key before it returns: a try that gets no permit leaves
-// nothing behind. If that deletion fails, the error says so; the key is
-// then in the table, being released, for the layer above's release.
-func (d *Driver) permitOutcome(ctx context.Context, a attempt, tr *clientv3.TxnResponse, h hold, kaErr error) (backends.Grant, error) {
+// it put, if it put one, good for ttl) and turns it into Acquire's result.
+// An attempt whose key is not among the holders, or that saw holders of
+// another size, deletes its key before it returns: a try that gets no
+// permit leaves nothing behind. If that deletion fails, the error says so;
+// the key is then in the table, being released, for the layer above's
+// release.
+func (d *Driver) permitOutcome(ctx context.Context, a attempt, tr *clientv3.TxnResponse, h hold, ttl time.Duration, kaErr error) (backends.Grant, error) {
 	if !tr.Succeeded {
 		// Nothing was written.
 		if tr.Responses[0].GetResponseRange().GetCount() > 0 {
@@ -109,7 +110,7 @@ func (d *Driver) permitOutcome(ctx context.Context, a attempt, tr *clientv3.TxnR
 		}
 	}
 	if admitted && other == 0 {
-		return d.granted(a, h, kaErr)
+		return d.granted(a, h, ttl, kaErr)
 	}
 	if err := d.deleteAttempt(ctx, h); err != nil {
 		h.releasing = true // never counted as a permit of the driver's

@@ -265,8 +265,12 @@ func (h *Harness) Stop(ctx context.Context, timeout time.Duration) *Result {
 		}
 	}
 	live := h.Live()
+	readyBy := time.Now().Add(timeout)
 	for _, w := range live {
 		_ = w.Resume()
+		// A worker started moments ago (a replacement after a kill) may
+		// not handle SIGTERM yet: Go's default action would kill it.
+		h.awaitOwn(w, "ready", readyBy)
 		_ = w.w.Send(syscall.SIGTERM)
 	}
 	deadline := time.After(timeout)
@@ -287,6 +291,28 @@ func (h *Harness) Stop(ctx context.Context, timeout time.Duration) *Result {
 	r.note("%d workers stopped, %d killed during the run", len(live), len(h.Workers())-len(live))
 	r.finish()
 	return r
+}
+
+// awaitOwn waits until w reported an event named name, exited, or the
+// deadline passed.
+func (h *Harness) awaitOwn(w *Worker, name string, deadline time.Time) {
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
+	for {
+		h.mu.Lock()
+		evs, changed := h.events, h.changed
+		h.mu.Unlock()
+		if slices.ContainsFunc(evs, Is(name, w)) {
+			return
+		}
+		select {
+		case <-changed:
+		case <-w.w.Exited():
+			return
+		case <-timer.C:
+			return
+		}
+	}
 }
 
 func lastLines(s string, n int) string {

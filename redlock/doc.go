@@ -40,9 +40,11 @@
 //
 // The acquire script increments a per-key counter on every node that grants
 // the hold; a missing counter (new key, or lost with the node's data) starts
-// at the server's clock in microseconds. The token is the largest counter
+// at the server's clock in microseconds. The counter is the largest one
 // among the granting nodes, and a second round writes it back to every
 // reachable node: the lease is returned only once a majority acknowledged.
+// The token is that counter times MaxLimit plus the slot (0 for a lock;
+// see Semaphores).
 // Any later acquisition's quorum therefore includes a node whose counter is
 // at least that token, and draws a larger one.
 //
@@ -89,7 +91,11 @@
 //
 // Fencing tokens grow over all the permits of a semaphore, and over the
 // lock of its key: every slot draws from, and writes back to, the key's one
-// counter per node, by the same two rounds as a lock.
+// counter per node, by the same two rounds as a lock. Permits won at the
+// same time on different slots may draw the same counter (each is the
+// largest among its own majority); the slot number in the token's low bits
+// keeps their tokens distinct, and a permit granted after another one was
+// granted still has the larger token.
 //
 // A key has one size at a time. While any slot is held, each node keeps
 // the semaphore's size in the key of its lock, which lives as long as the

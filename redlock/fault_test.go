@@ -1095,7 +1095,7 @@ func TestExtension(t *testing.T) {
 		lease, _ := acquireWithin(t, l, 5*time.Second)
 		tok := holdToken(t, lease)
 		// The replies after the quorum land too: all 5 nodes hold it.
-		eventually(t, 2*time.Second, "the hold on all 5 nodes", func() bool {
+		eventually(t, 10*time.Second, "the hold on all 5 nodes", func() bool {
 			return len(holders(t, clients, key, tok)) == 5
 		})
 		eventually(t, 2*time.Second, "the keys to age", func() bool {

@@ -343,7 +343,7 @@ func (d *Driver) acquireLock(ctx context.Context, req backends.Request, nt time.
 		}
 		return backends.Grant{}, d.notAcquired(ctx, len(r.granted), r.refused)
 	}
-	return r.result(fence), nil
+	return r.result(fence, 0), nil
 }
 
 // round is one Redlock attempt on one target: its requests, sent to every
@@ -410,8 +410,15 @@ func (r *round) fence() uint64 {
 	return fence
 }
 
-// result is the grant of a won round.
-func (r *round) result(fence uint64) backends.Grant {
+// result is the grant of a won round on slot (0 for a lock). Its fencing
+// token is fence*MaxLimit + slot: permits won at the same time on
+// different slots may draw the same counter (each takes the largest among
+// its own voters), and the slot tells them apart, while a later counter
+// still means a larger token (slot < MaxLimit).
+func (r *round) result(fence uint64, slot int) backends.Grant {
+	if fence > 0 {
+		fence = fence*MaxLimit + uint64(slot)
+	}
 	g := backends.Grant{Fence: fence, TTL: r.ttl.Truncate(time.Millisecond)}
 	for _, v := range r.granted {
 		g.Voters = append(g.Voters, v.node.index)

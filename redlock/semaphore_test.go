@@ -382,15 +382,20 @@ func TestSemaphoreKeys(t *testing.T) {
 // hammer runs goroutines on several drivers that take permits of one
 // semaphore and count the holders on one clock, until stop is closed. A
 // permit counts while its hold is surely valid: entered well within its
-// TTL of the start of its attempt and left before.
+// TTL of the start of its attempt and left before. It also keeps every
+// fencing token granted: permits drawn at the same time on different slots
+// must not share one.
 type hammer struct {
 	inside, most, sections atomic.Int32
 	errs                   chan error
 	wg                     sync.WaitGroup
+
+	mu     sync.Mutex
+	fences map[uint64]int // grants per token; protected by mu
 }
 
 func startHammer(t *testing.T, drivers []*redlock.Driver, key string, size, perDriver int, stop <-chan struct{}) *hammer {
-	h := &hammer{errs: make(chan error, len(drivers)*perDriver)}
+	h := &hammer{errs: make(chan error, len(drivers)*perDriver), fences: map[uint64]int{}}
 	const ttl = faultMaxTTL
 	for _, d := range drivers {
 		for range perDriver {
@@ -414,6 +419,9 @@ func startHammer(t *testing.T, drivers []*redlock.Driver, key string, size, perD
 						time.Sleep(time.Duration(1+time.Now().UnixNano()%5) * time.Millisecond) // jitter
 						continue
 					}
+					h.mu.Lock()
+					h.fences[g.Fence]++
+					h.mu.Unlock()
 					if time.Since(start) < ttl/3 {
 						n := h.inside.Add(1)
 						for m := h.most.Load(); n > m && !h.most.CompareAndSwap(m, n); m = h.most.Load() {
@@ -446,6 +454,11 @@ func (h *hammer) wait(t *testing.T, size int) {
 	}
 	if h.sections.Load() == 0 {
 		t.Fatal("no critical section ran")
+	}
+	for fence, n := range h.fences {
+		if n > 1 {
+			t.Errorf("fencing token %d granted to %d permits", fence, n)
+		}
 	}
 }
 

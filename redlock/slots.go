@@ -154,7 +154,7 @@ func (d *Driver) acquireSlot(ctx context.Context, t target, req backends.Request
 	}
 	d.decide(r, ok)
 	if ok {
-		g := r.result(fence)
+		g := r.result(fence, t.slot)
 		g.Key = t.key
 		return g, 0, nil
 	}

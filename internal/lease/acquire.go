@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -31,7 +32,7 @@ func Attempt(ctx context.Context, cfg *Config, key string) (*Lease, error) {
 	}
 	expires := start.Add(g.TTL - cfg.Drift(g.TTL))
 	if !time.Now().Before(expires) {
-		_ = release(ctx, cfg, key, token)
+		_ = release(ctx, cfg, cmp.Or(g.Key, key), token)
 		return nil, fmt.Errorf("%w: %q: the attempt took longer than the lease's validity (ttl %v)", dsync.ErrNotAcquired, key, g.TTL)
 	}
 	return newLease(cfg, key, token, g, start, expires), nil
@@ -45,9 +46,15 @@ func final(err error) bool {
 // Acquire blocks until it obtains a hold on key, retrying on contention and
 // on transient failures with the policy's jittered delays, and waking early
 // when the driver reports a release of key. Waiters of one process line up
-// first come first served, and only the first contends on the backend. It gives up when ctx ends or the
-// policy does, with an error matching dsync.ErrNotAcquired (and ctx's error
-// when that was the cause); nothing is left held then.
+// first come first served, and only the first contends on the backend. It
+// gives up when ctx ends or the policy does, with an error matching
+// dsync.ErrNotAcquired (and ctx's error when that was the cause); nothing
+// is left held then.
+//
+// The first attempt goes out at once; only when it fails does Acquire
+// subscribe to release notices, and then it attempts once more before it
+// waits, so that a release between the first attempt and the subscription
+// is not missed. An uncontended Acquire therefore costs one attempt.
 func Acquire(ctx context.Context, cfg *Config, key string, policy retry.Policy) (*Lease, error) {
 	done, err := waitTurn(ctx, cfg.Driver, key)
 	if err != nil {
@@ -55,14 +62,7 @@ func Acquire(ctx context.Context, cfg *Config, key string, policy retry.Policy) 
 	}
 	defer done()
 	var wake <-chan struct{}
-	if n, ok := cfg.Driver.(backends.Notifier); ok {
-		// Subscribe before the first attempt so that a release between a
-		// failed attempt and the wait is not missed.
-		if sub, err := n.WatchReleases(ctx, key); err == nil {
-			defer sub.Close()
-			wake = sub.C()
-		}
-	}
+	subscribed := false
 	b := policy.Start()
 	for {
 		l, err := Attempt(ctx, cfg, key)
@@ -74,6 +74,16 @@ func Acquire(ctx context.Context, cfg *Config, key string, policy retry.Policy) 
 		}
 		if ctx.Err() != nil {
 			return nil, gaveUp(cfg, key, ctx.Err(), err)
+		}
+		if !subscribed {
+			subscribed = true
+			if n, ok := cfg.Driver.(backends.Notifier); ok {
+				if sub, serr := n.WatchReleases(ctx, key); serr == nil {
+					defer sub.Close()
+					wake = sub.C()
+					continue // attempt again now that no release can slip by
+				}
+			}
 		}
 		d, ok := b.Next()
 		if !ok {

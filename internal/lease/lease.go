@@ -128,6 +128,7 @@ func (l *Lease) Expires() time.Time {
 func (l *Lease) Validity() time.Duration {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.lapse()
 	if l.err != nil {
 		return 0
 	}
@@ -137,10 +138,13 @@ func (l *Lease) Validity() time.Duration {
 // Done implements dsync.Lease.
 func (l *Lease) Done() <-chan struct{} { return l.done }
 
-// Err implements dsync.Lease.
+// Err implements dsync.Lease. A lease whose validity has run out reports
+// its loss at once, even when the process was paused and its timer has not
+// fired yet.
 func (l *Lease) Err() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.lapse()
 	return l.err
 }
 
@@ -168,6 +172,17 @@ func (l *Lease) onTimer() {
 		l.timer.Reset(left)
 		return
 	}
+	l.lapse()
+}
+
+// lapse ends the lease as lost if its validity has run out. Every method
+// that answers whether the lease is held calls it first: after a pause of
+// the process (SIGSTOP, a long GC, a suspended VM) the timer fires late,
+// and the answer must not wait for it. l.mu must be held.
+func (l *Lease) lapse() {
+	if l.err != nil || time.Now().Before(l.expires) {
+		return
+	}
 	reason := "its validity ran out"
 	if l.stopReason != "" {
 		reason += " after " + l.stopReason
@@ -190,6 +205,7 @@ func (l *Lease) checkBound(now time.Time) error {
 // Extend implements dsync.Lease.
 func (l *Lease) Extend(ctx context.Context) error {
 	l.mu.Lock()
+	l.lapse()
 	if l.err != nil {
 		err := l.err
 		l.mu.Unlock()
@@ -283,6 +299,7 @@ func (l *Lease) autoExtend() {
 // Release implements dsync.Lease.
 func (l *Lease) Release(ctx context.Context) error {
 	l.mu.Lock()
+	l.lapse()
 	lost := l.err
 	if errors.Is(lost, dsync.ErrReleased) {
 		l.mu.Unlock()

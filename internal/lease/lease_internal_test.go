@@ -1,0 +1,95 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/dsync-dev/dsync"
+	"github.com/dsync-dev/dsync/backends"
+	"github.com/dsync-dev/dsync/backends/memory"
+	"github.com/dsync-dev/dsync/internal/leakcheck"
+	"github.com/dsync-dev/dsync/retry"
+)
+
+func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }
+
+func testConfig(d backends.Driver) *Config {
+	return &Config{Driver: d, Limit: 1, TTL: time.Second, AttemptTimeout: time.Second, ReleaseTimeout: time.Second}
+}
+
+// TestLateTimerStillReportsLoss: a process paused past its validity (its
+// timer not fired yet when it resumes) learns of the loss from Err,
+// Validity, Extend and Release at once.
+func TestLateTimerStillReportsLoss(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		l, err := Attempt(ctx, testConfig(memory.New(nil)), "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.mu.Lock()
+		l.timer.Stop() // as if the process were paused: the timer fires late
+		l.mu.Unlock()
+		time.Sleep(2 * time.Second)
+		if err := l.Err(); !errors.Is(err, dsync.ErrLeaseLost) {
+			t.Fatalf("Err after the validity ran out = %v, want ErrLeaseLost", err)
+		}
+		select {
+		case <-l.Done():
+		default:
+			t.Fatal("Done not closed once Err reported the loss")
+		}
+		if v := l.Validity(); v != 0 {
+			t.Errorf("Validity = %v, want 0", v)
+		}
+		if err := l.Extend(ctx); !errors.Is(err, dsync.ErrLeaseLost) {
+			t.Errorf("Extend = %v, want ErrLeaseLost", err)
+		}
+		if err := l.Release(ctx); !errors.Is(err, dsync.ErrNotHeld) || !errors.Is(err, dsync.ErrLeaseLost) {
+			t.Errorf("Release = %v, want ErrNotHeld wrapping ErrLeaseLost", err)
+		}
+	})
+}
+
+// releasingNotifier releases a hold as the waiter subscribes: the release
+// falls between the waiter's failed attempt and its subscription.
+type releasingNotifier struct {
+	*memory.Driver
+	release func()
+}
+
+func (n *releasingNotifier) WatchReleases(ctx context.Context, key string) (backends.Subscription, error) {
+	n.release()
+	return n.Driver.WatchReleases(ctx, key)
+}
+
+// TestAcquireAttemptsAgainAfterSubscribing: a release that no notice
+// reports (it came before the subscription) is found by the attempt made
+// right after subscribing, not after the retry delay.
+func TestAcquireAttemptsAgainAfterSubscribing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		d := memory.New(nil)
+		holder, err := Attempt(ctx, testConfig(d), "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := &releasingNotifier{Driver: d, release: func() { _ = holder.Release(ctx) }}
+		slow, err := retry.NewConstant(&retry.ConstantOptions{Delay: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		l, err := Acquire(ctx, testConfig(n), "k", slow)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Release(ctx)
+		if waited := time.Since(start); waited > 0 {
+			t.Errorf("Acquire waited %v after a release it could see at once", waited)
+		}
+	})
+}

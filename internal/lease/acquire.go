@@ -63,6 +63,7 @@ func Acquire(ctx context.Context, cfg *Config, key string, policy retry.Policy) 
 	defer done()
 	var wake <-chan struct{}
 	subscribed := false
+	var prev error // the last attempt that ran its course
 	b := policy.Start()
 	for {
 		l, err := Attempt(ctx, cfg, key)
@@ -73,8 +74,11 @@ func Acquire(ctx context.Context, cfg *Config, key string, policy retry.Policy) 
 			return nil, err
 		}
 		if ctx.Err() != nil {
-			return nil, gaveUp(cfg, key, ctx.Err(), err)
+			// An attempt cut short by ctx tells less (no quorum, say)
+			// than the one before it.
+			return nil, gaveUp(cfg, key, ctx.Err(), cmp.Or(prev, err))
 		}
+		prev = err
 		if !subscribed {
 			subscribed = true
 			if n, ok := cfg.Driver.(backends.Notifier); ok {

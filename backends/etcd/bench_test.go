@@ -47,8 +47,9 @@ func benchBackend(b *testing.B, c *etcdtest.Cluster, cli *clientv3.Client) *dsyn
 	return backend
 }
 
-// BenchmarkLockCycleRatio interleaves one uncontended acquire+release
-// through the locker (the path applications use, fencing on) with one
+// BenchmarkLockCycleRatio interleaves one uncontended Acquire+Release
+// through the locker (the blocking path applications use, fencing on; its
+// first attempt goes out before any watch is set up) with one
 // Lock+Unlock of a concurrency.Mutex whose session was created beforehand,
 // alternating which goes first, so that both see the same machine and disk
 // noise, and reports each one's mean and their ratio. Per cycle each makes
@@ -74,7 +75,7 @@ func BenchmarkLockCycleRatio(b *testing.B) {
 			defer s.Close()
 			m := concurrency.NewMutex(s, "/mutex/ratio")
 			dsyncCycle := func() {
-				lease, err := l.TryAcquire(ctx)
+				lease, err := l.Acquire(ctx)
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -96,6 +96,50 @@ func BenchmarkLockCycleRatio(b *testing.B) {
 	}
 }
 
+// BenchmarkGuardedDeleteCost measures, with raw client calls, what the
+// token guard on a release costs by itself: a cycle of the same acquiring
+// transaction followed by a release guarded by the key's create revision
+// (dsync's), against one followed by a plain Delete (concurrency.Mutex's
+// Unlock), interleaved. The ratio is the part of BenchmarkLockCycleRatio
+// that safety costs: a plain Delete removes whatever holds the key, a newer
+// hold included.
+func BenchmarkGuardedDeleteCost(b *testing.B) {
+	_, cli := benchServer(b, false)
+	ctx := context.Background()
+	lg, err := cli.Grant(ctx, int64(benchTTL/time.Second))
+	if err != nil {
+		b.Fatal(err)
+	}
+	n := 0
+	acquire := func(k string) int64 {
+		r, err := cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).
+			Then(clientv3.OpPut(k, "v", clientv3.WithLease(lg.ID))).
+			Else(clientv3.OpGet(k)).Commit()
+		if err != nil {
+			b.Fatal(err)
+		}
+		return r.Header.Revision
+	}
+	guarded := func() {
+		n++
+		k := fmt.Sprintf("/guarded/%d", n)
+		rev := acquire(k)
+		if _, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(k), "=", rev)).Then(clientv3.OpDelete(k)).Commit(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	plain := func() {
+		n++
+		k := fmt.Sprintf("/plain/%d", n)
+		acquire(k)
+		if _, err := cli.Delete(ctx, k); err != nil {
+			b.Fatal(err)
+		}
+	}
+	interleave(b, "guarded", guarded, "plain", plain)
+}
+
 // interleave warms up, then runs x and y alternately, alternating which
 // goes first, so that both see the same machine and disk noise: on one
 // server, a cycle that follows the other's is measurably faster than one

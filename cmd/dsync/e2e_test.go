@@ -1,0 +1,254 @@
+package main
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/dsync-dev/dsync/internal/redistest"
+)
+
+// TestEndToEnd runs the built dsync binary as separate processes against a
+// real redis-server: what an operator's shell sees.
+func TestEndToEnd(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "dsync")
+	build := exec.Command("go", "build", "-o", bin, ".")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	srv := redistest.Start(t, nil)
+	client := srv.NewClient(t)
+
+	t.Run("token", func(t *testing.T) {
+		r := runBinary(t, bin, srv.URL(), "lock", "e2e-token", "--", "sh", "-c", "echo key=$DSYNC_KEY token=$DSYNC_TOKEN")
+		if r.code != 0 || !regexp.MustCompile(`^key=e2e-token token=[1-9][0-9]*\n$`).MatchString(r.stdout) {
+			t.Fatalf("exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+		}
+	})
+
+	t.Run("no-overlap", func(t *testing.T) {
+		// Each command appends its start and end stamps to one file; 4
+		// dsync processes, 3 commands each, on one lock.
+		stamps := filepath.Join(t.TempDir(), "stamps")
+		script := fmt.Sprintf(`echo "s $(date +%%s%%N)" >> %[1]q; sleep 0.03; echo "e $(date +%%s%%N)" >> %[1]q`, stamps)
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Go(func() {
+				for range 3 {
+					if r := runBinary(t, bin, srv.URL(), "lock", "e2e-excl", "--", "sh", "-c", script); r.code != 0 {
+						t.Errorf("dsync lock exited %d: %s", r.code, r.stderr)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		if err := overlapping(stamps, 12); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("exit-codes", func(t *testing.T) {
+		holder := startBinary(t, bin, srv.URL(), "lock", "e2e-held", "--", "sleep", "30")
+		waitHeld(t, client, "dsync:{e2e-held}")
+		if r := runBinary(t, bin, srv.URL(), "lock", "e2e-held", "--try", "--", "true"); r.code != exitNotAcquired {
+			t.Errorf("--try on a held lock: exit %d (stderr %q), want %d", r.code, r.stderr, exitNotAcquired)
+		}
+		if r := runBinary(t, bin, srv.URL(), "lock", "e2e-held", "--timeout", "300ms", "--", "true"); r.code != exitTimedOut {
+			t.Errorf("--timeout on a held lock: exit %d (stderr %q), want %d", r.code, r.stderr, exitTimedOut)
+		}
+		// A signal to dsync goes to the command; the lock is released.
+		if err := holder.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		if code := waitExit(t, holder); code != 128+int(syscall.SIGTERM) {
+			t.Errorf("SIGTERM to dsync: exit %d, want %d (the command's death by SIGTERM)", code, 128+int(syscall.SIGTERM))
+		}
+		if n, err := client.Exists(context.Background(), "dsync:{e2e-held}").Result(); err != nil || n != 0 {
+			t.Errorf("the lock is still there after dsync exited (%d, %v)", n, err)
+		}
+		for _, c := range []struct {
+			url  string
+			args []string
+			want string
+		}{
+			{"redis://:s3cret@127.0.0.1:1/0", []string{"lock", "x", "--", "true"}, "127.0.0.1:1"},
+			{"redis://127.0.0.1:6379/0?bogus=1", []string{"lock", "x", "--", "true"}, "bogus"},
+			{"nope://x", []string{"lock", "x", "--", "true"}, "nope"},
+			{srv.URL(), []string{"lock", "x", "--no-such-flag", "--", "true"}, "no-such-flag"},
+			{srv.URL(), []string{"sem", "x", "--size", "0", "--", "true"}, "size"},
+		} {
+			r := runBinary(t, bin, c.url, c.args...)
+			if r.code != exitUsage || !strings.Contains(r.stderr, c.want) || strings.Contains(r.stderr, "s3cret") || strings.Contains(r.stderr, "goroutine ") {
+				t.Errorf("%s %v: exit %d, stderr %q; want %d and one line naming %q", c.url, c.args, r.code, r.stderr, exitUsage, c.want)
+			}
+		}
+	})
+
+	t.Run("paused-past-ttl", func(t *testing.T) {
+		// dsync itself is stopped past its TTL: when it resumes, it must
+		// see the lease lost and terminate the command.
+		marker := filepath.Join(t.TempDir(), "terminated")
+		cmd := startBinary(t, bin, srv.URL(), "lock", "e2e-paused", "--ttl", "1s", "--grace", "2s", "--",
+			"sh", "-c", fmt.Sprintf("trap 'touch %q; exit 0' TERM; while :; do sleep 0.05; done", marker))
+		waitHeld(t, client, "dsync:{e2e-paused}")
+		if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		// Past the TTL, the key is gone from the server.
+		deadline := time.Now().Add(10 * time.Second)
+		for n := int64(1); n != 0; {
+			if time.Now().After(deadline) {
+				t.Fatal("the key of a stopped holder did not expire within 10s")
+			}
+			time.Sleep(50 * time.Millisecond)
+			n, _ = client.Exists(context.Background(), "dsync:{e2e-paused}").Result()
+		}
+		if err := cmd.Process.Signal(syscall.SIGCONT); err != nil {
+			t.Fatal(err)
+		}
+		if code := waitExit(t, cmd); code != exitLost {
+			t.Errorf("exit %d after resuming past the TTL, want %d (lost); stderr %q", code, exitLost, cmd.Stderr)
+		}
+		if _, err := os.Stat(marker); err != nil {
+			t.Errorf("the command was not sent SIGTERM: %v", err)
+		}
+	})
+}
+
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+// runBinary runs dsync with args and DSYNC_URL=url, within a minute.
+func runBinary(t *testing.T, bin, url string, args ...string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = append(os.Environ(), "DSYNC_URL="+url)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var exit *exec.ExitError
+	if err != nil && !errors.As(err, &exit) {
+		t.Fatalf("running dsync %v: %v", args, err)
+	}
+	return result{cmd.ProcessState.ExitCode(), stdout.String(), stderr.String()}
+}
+
+// startBinary starts dsync with args; the test's cleanup kills it if it
+// still runs.
+func startBinary(t *testing.T, bin, url string, args ...string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), "DSYNC_URL="+url)
+	cmd.Stderr = new(strings.Builder)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Signal(syscall.SIGCONT)
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	})
+	return cmd
+}
+
+// waitExit waits up to 30s for cmd to exit and returns its status.
+func waitExit(t *testing.T, cmd *exec.Cmd) int {
+	t.Helper()
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+		return cmd.ProcessState.ExitCode()
+	case <-time.After(30 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+		t.Fatalf("dsync did not exit within 30s; stderr %q", cmd.Stderr)
+		return -1
+	}
+}
+
+// waitHeld waits until key exists on the server.
+func waitHeld(t *testing.T, client *goredis.Client, key string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if n, err := client.Exists(context.Background(), key).Result(); err == nil && n == 1 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s not held within 30s", key)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// overlapping reads start ("s NS") and end ("e NS") stamps and fails if
+// two sections overlap, or if there are not want of them.
+func overlapping(path string, want int) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	type stamp struct {
+		at    int64
+		start bool
+	}
+	var stamps []stamp
+	for line := range strings.Lines(string(data)) {
+		kind, ns, ok := strings.Cut(strings.TrimSpace(line), " ")
+		at, err := strconv.ParseInt(ns, 10, 64)
+		if !ok || err != nil {
+			return fmt.Errorf("bad stamp line %q", line)
+		}
+		stamps = append(stamps, stamp{at, kind == "s"})
+	}
+	slices.SortFunc(stamps, func(a, b stamp) int {
+		if c := cmp.Compare(a.at, b.at); c != 0 {
+			return c
+		}
+		if a.start == b.start {
+			return 0
+		}
+		if a.start {
+			return 1 // an end and a start at the same instant do not overlap
+		}
+		return -1
+	})
+	inside, sections := 0, 0
+	for _, s := range stamps {
+		if s.start {
+			inside++
+			sections++
+			if inside > 1 {
+				return fmt.Errorf("two commands ran at once (stamps:\n%s)", data)
+			}
+		} else {
+			inside--
+		}
+	}
+	if sections != want {
+		return fmt.Errorf("%d sections ran, want %d", sections, want)
+	}
+	return nil
+}

@@ -73,7 +73,6 @@ func pausedConfig(k string, ttl time.Duration, noFencing bool) WorkerConfig {
 func wantFenced(t *testing.T, rep *Report, h *Hold) {
 	t.Helper()
 	wantOK(t, rep)
-	resumed := rep.Spans[0].Healed
 	rejected := 0
 	for _, w := range h.Writes {
 		switch {
@@ -86,6 +85,14 @@ func wantFenced(t *testing.T, rep *Report, h *Hold) {
 	if rejected == 0 {
 		t.Errorf("the paused holder's late write was not rejected: writes %+v", h.Writes)
 	}
+	wantLossNoticed(t, rep, h)
+}
+
+// wantLossNoticed checks that a holder paused past its TTL learned that it
+// lost its hold once continued: from its lease, or from its release.
+func wantLossNoticed(t *testing.T, rep *Report, h *Hold) {
+	t.Helper()
+	resumed := rep.Spans[0].Healed
 	switch {
 	case h.Lost > 0:
 		t.Logf("the paused holder learned of its loss from its lease %v after SIGCONT", (h.Lost - resumed).Round(time.Millisecond))

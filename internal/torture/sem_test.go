@@ -1,9 +1,12 @@
 package torture
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/dsync-dev/dsync/internal/proc"
 )
 
 const semSize = 2
@@ -25,6 +28,43 @@ func TestSemContention(t *testing.T) {
 		e.awaitCount(0, 25, Is("acquired", nil), "grants")
 		rep := e.finish(PrimSem, k, s.spec(PrimSem), open(t, s.url()))
 		wantOK(t, rep)
+	})
+}
+
+// TestSemPausedHolder: a permit holder frozen with SIGSTOP past its TTL;
+// the others go on using both permits, never more than Size valid at once,
+// and once continued the frozen holder learns that it lost its permit.
+func TestSemPausedHolder(t *testing.T) {
+	forEach(t, func(t *testing.T, s *system) {
+		e := newEnv(t)
+		k := key(t)
+		cfg := semConfig(k, s.ttl)
+		cfg.Work = 100 * time.Millisecond // the pause lands in this sleep
+		e.start(4, s.url(), cfg)
+		e.ready()
+		ev, mark := e.await(0, Is("acquired", nil), "a first holder")
+		paused := e.h.WorkerOf(ev)
+		expiry, err := strconv.ParseInt(ev.Fields[1], 10, 64)
+		if err != nil {
+			t.Fatalf("acquired event %v: %v", ev, err)
+		}
+		in := e.inject(PauseClient(paused))
+		afterExpiry := func(x proc.Event) bool {
+			return x.Name == "acquired" && x.Worker != paused.Index() && x.At > time.Duration(expiry)
+		}
+		mark = e.awaitCount(mark, 4, afterExpiry, "grants to the others after the frozen permit expired")
+		e.heal(in)
+		e.await(mark, Is("released", paused), "the frozen holder's release")
+		e.awaitCount(mark, 3, Is("acquired", nil), "grants after the resume")
+		rep := e.finish(PrimSem, k, s.spec(PrimSem), open(t, s.url()))
+		wantOK(t, rep)
+		for _, h := range rep.History.Holds {
+			if h.Worker == paused.Index() && h.Acquired == ev.At {
+				wantLossNoticed(t, rep, h)
+				return
+			}
+		}
+		t.Fatal("the frozen hold is not in the history")
 	})
 }
 

@@ -172,8 +172,14 @@ func proxyFault(kind, name string, inject func(*faultproxy.Proxy) error, ps []*f
 	}
 }
 
-// StopMember stops etcd member i of c (the leader when i < 0), gracefully
-// or, with kill, abruptly; healing restarts it.
+// Member indexes that StopMember resolves when the fault is injected.
+const (
+	LeaderMember   = -1 // the member that leads the cluster
+	FollowerMember = -2 // a member that does not
+)
+
+// StopMember stops etcd member i of c (or LeaderMember, FollowerMember),
+// gracefully or, with kill, abruptly; healing restarts it.
 func StopMember(c *etcdtest.Cluster, i int, kill bool) Fault {
 	kind := "stop-member"
 	if kill {
@@ -193,6 +199,10 @@ func StopMember(c *etcdtest.Cluster, i int, kill bool) Fault {
 					return "leader", err
 				}
 				hit, what = l, fmt.Sprintf("member %d (leader)", l)
+				if i == FollowerMember {
+					hit = (l + 1) % c.Size()
+					what = fmt.Sprintf("member %d (a follower)", hit)
+				}
 			}
 			if kill {
 				c.Kill(hit)

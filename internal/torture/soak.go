@@ -369,7 +369,7 @@ func (s *soak) fault(kind string) (Fault, bool) {
 		}
 		return Refuse(w.ID(), ps...), true
 	case FaultStopMember, FaultKillMember:
-		return StopMember(s.c.Target.Cluster, -1, kind == FaultKillMember), true
+		return StopMember(s.c.Target.Cluster, LeaderMember, kind == FaultKillMember), true
 	case FaultScriptFlush:
 		var addrs []string
 		for _, n := range nodes {

@@ -66,6 +66,10 @@ func TestElectCutOffLeader(t *testing.T) {
 		e := newEnv(t)
 		k := key(t)
 		cfg := electConfig(k, s.ttl)
+		// Terms of 3.6s: the cut-off leader's validity (the TTL from its
+		// last renewal) must run out before its term would end with a
+		// resignation, even if the cut lands after a renewal or two.
+		cfg.Writes = 24
 		links := map[*Worker][]*faultproxy.Proxy{}
 		for range 3 {
 			url, ps := s.proxied()

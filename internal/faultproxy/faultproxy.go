@@ -29,7 +29,13 @@ type Proxy struct {
 	mu      sync.Mutex // serialises the fault changes below
 	p       *toxiproxy.Proxy
 	refused bool // the listener is closed (Refuse)
-	closed  bool
+	// blackholed: the fault is Blackhole's timeout toxic. Removing it from
+	// live connections can leave a goroutine of toxiproxy blocked for good
+	// (the toxic's cleanup closes its stub without re-linking the one
+	// before it, which may be sending), so its connections are closed
+	// first.
+	blackholed bool
+	closed     bool
 }
 
 // New starts a proxy on a free loopback port, forwarding to upstream
@@ -72,8 +78,17 @@ func (p *Proxy) Latency(d time.Duration) error {
 // Blackhole drops every byte sent to the server, on open connections and
 // new ones alike, and keeps the connections open: requests are never
 // applied and never answered.
+//
+// Healing a black hole closes the connections it held: requests sent into
+// it are lost, as they would be on a real link.
 func (p *Proxy) Blackhole() error {
-	return p.fault(`{"name":"fault","type":"timeout","stream":"upstream","attributes":{"timeout":0}}`)
+	if err := p.fault(`{"name":"fault","type":"timeout","stream":"upstream","attributes":{"timeout":0}}`); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	p.blackholed = true
+	p.mu.Unlock()
+	return nil
 }
 
 // Refuse closes the listener and every open connection: new connections
@@ -131,6 +146,19 @@ func (p *Proxy) clear() error {
 	if p.closed {
 		return errors.New("faultproxy: closed")
 	}
+	if p.blackholed {
+		// Close the connections (their links end through the toxic),
+		// then remove it, then listen again on the same port.
+		p.p.Stop()
+		p.p.Toxics.ResetToxics(context.Background())
+		p.blackholed = false
+		if !p.refused {
+			if err := p.p.Start(); err != nil {
+				return fmt.Errorf("faultproxy: reopen %s: %w", p.p.Listen, err)
+			}
+		}
+		return nil
+	}
 	p.p.Toxics.ResetToxics(context.Background())
 	return nil
 }
@@ -144,6 +172,6 @@ func (p *Proxy) Close() {
 		return
 	}
 	p.closed = true
+	p.p.Stop() // first: see blackholed
 	p.p.Toxics.ResetToxics(context.Background())
-	p.p.Stop()
 }

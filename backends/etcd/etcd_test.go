@@ -334,12 +334,11 @@ func isReleaseTxn(method string, req any) bool {
 	return ok && method == "/etcdserverpb.KV/Txn" && len(tr.Success) == 1 && tr.Success[0].GetRequestDeleteRange() != nil
 }
 
-// TestStaleReleaseKeepsNewerHold is the scenario etcd's own Mutex gets
-// wrong: a release whose reply is lost, the same client acquiring the key
-// again, then the first release retried. The retry must not delete the
-// newer hold.
-func TestStaleReleaseKeepsNewerHold(t *testing.T) {
-	c := etcdtest.Start(t, nil)
+// releaseDroppingDriver returns a driver over a client of its own whose
+// next release reply is lost once the returned dropper is armed (the
+// release is applied; the caller sees an error).
+func releaseDroppingDriver(t *testing.T, c *etcdtest.Cluster) (*etcd.Driver, *replyDropper) {
+	t.Helper()
 	drop := &replyDropper{match: isReleaseTxn}
 	cfg, err := c.ClientConfig()
 	if err != nil {
@@ -352,6 +351,16 @@ func TestStaleReleaseKeepsNewerHold(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = cli.Close() })
 	d, _ := newDriverOver(t, c, cli)
+	return d, drop
+}
+
+// TestStaleReleaseKeepsNewerHold is the scenario etcd's own Mutex gets
+// wrong: a release whose reply is lost, the same client acquiring the key
+// again, then the first release retried. The retry must not delete the
+// newer hold.
+func TestStaleReleaseKeepsNewerHold(t *testing.T) {
+	c := etcdtest.Start(t, nil)
+	d, drop := releaseDroppingDriver(t, c)
 	other, _ := newDriver(t, c)
 	ctx := testCtx(t)
 	const key = "stale"

@@ -322,18 +322,7 @@ func TestSemaphoreRefresh(t *testing.T) {
 // took the permits or from another.
 func TestSemaphoreStaleRelease(t *testing.T) {
 	c := etcdtest.Start(t, nil)
-	drop := &replyDropper{match: isReleaseTxn}
-	cfg, err := c.ClientConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.DialOptions = []grpc.DialOption{grpc.WithChainUnaryInterceptor(drop.intercept)}
-	dropping, err := clientv3.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = dropping.Close() })
-	d, _ := newDriverOver(t, c, dropping)
+	d, drop := releaseDroppingDriver(t, c)
 	other, cli := newDriver(t, c)
 	ctx := testCtx(t)
 	const name, limit = "stale", 2

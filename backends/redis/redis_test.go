@@ -403,8 +403,16 @@ func TestNoScriptFallback(t *testing.T) {
 	if _, err := d.Acquire(ctx, req(key, "a", time.Minute)); err != nil {
 		t.Fatalf("Acquire after SCRIPT FLUSH: %v", err)
 	}
+	refreshHolderReleaseAfterFlushes(ctx, t, d, key, "a", flush)
+}
+
+// refreshHolderReleaseAfterFlushes refreshes, reads and releases token's
+// hold on key, each after a call of flush (SCRIPT FLUSH): every script
+// must be loaded again.
+func refreshHolderReleaseAfterFlushes(ctx context.Context, t *testing.T, d *redis.Driver, key, token string, flush func()) {
+	t.Helper()
 	flush()
-	if err := d.Refresh(ctx, key, "a", time.Minute); err != nil {
+	if err := d.Refresh(ctx, key, token, time.Minute); err != nil {
 		t.Fatalf("Refresh after SCRIPT FLUSH: %v", err)
 	}
 	flush()
@@ -412,7 +420,7 @@ func TestNoScriptFallback(t *testing.T) {
 		t.Fatalf("Holder after SCRIPT FLUSH: %v", err)
 	}
 	flush()
-	if err := d.Release(ctx, key, "a"); err != nil {
+	if err := d.Release(ctx, key, token); err != nil {
 		t.Fatalf("Release after SCRIPT FLUSH: %v", err)
 	}
 }

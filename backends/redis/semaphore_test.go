@@ -579,18 +579,7 @@ func TestSemNoScriptFallback(t *testing.T) {
 	mustAcquire(ctx, t, d, semReq(key, "warm", 2, time.Minute))
 	flush()
 	mustAcquire(ctx, t, d, semReq(key, "a", 2, time.Minute))
-	flush()
-	if err := d.Refresh(ctx, key, "a", time.Minute); err != nil {
-		t.Fatalf("Refresh after SCRIPT FLUSH: %v", err)
-	}
-	flush()
-	if _, err := d.Holder(ctx, key); err != nil {
-		t.Fatalf("Holder after SCRIPT FLUSH: %v", err)
-	}
-	flush()
-	if err := d.Release(ctx, key, "a"); err != nil {
-		t.Fatalf("Release after SCRIPT FLUSH: %v", err)
-	}
+	refreshHolderReleaseAfterFlushes(ctx, t, d, key, "a", flush)
 }
 
 // TestSemLargeScores: scores are whole milliseconds even for TTLs far

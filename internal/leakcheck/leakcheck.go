@@ -17,9 +17,17 @@ import (
 // between members (rafthttp over net/http) close when etcd's 5 s read
 // timeout expires after a member is stopped, and go-redis's dial prober
 // (started after PoolSize failed dials to a dead node) checks for its
-// pool's closing between one-second sleeps. Nothing is ignored: what is
-// still there after settle is a leak.
+// pool's closing between one-second sleeps. What is still there after
+// settle is a leak, with one exception (see toxiproxyStuck).
 const settle = 10 * time.Second
+
+// toxiproxyStuck is a goroutine of toxiproxy v2.12 (the fault proxy of the
+// tests, never of dsync) that can block for good: when a toxic is removed
+// from a link while its connection is closing, the stage before it may be
+// left sending into a channel nobody reads any more (toxics.NoopToxic.Pipe,
+// in "chan send"). internal/faultproxy avoids the worst case (removing a
+// black hole from live connections), not every interleaving.
+var toxiproxyStuck = goleak.IgnoreTopFunction("github.com/Shopify/toxiproxy/v2/toxics.(*NoopToxic).Pipe")
 
 // VerifyTestMain runs the tests, then fails the run if goroutines are left
 // behind once they have had settle to end.
@@ -28,7 +36,7 @@ func VerifyTestMain(m *testing.M, opts ...goleak.Option) {
 	if code == 0 {
 		deadline := time.Now().Add(settle)
 		for {
-			err := goleak.Find(opts...)
+			err := goleak.Find(append(opts, toxiproxyStuck)...)
 			if err == nil {
 				break
 			}

@@ -176,7 +176,7 @@ func TestLockRepliesDelayed(t *testing.T) {
 					h.Token, h.Expiry-h.Acquired, s.ttl+s.ttl/2)
 			}
 		}
-	}, "redis", "redlock")
+	})
 }
 
 // TestLockScriptFlush: the Redis servers' script cache is emptied while

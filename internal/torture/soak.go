@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"net/url"
 	"slices"
 	"strings"
@@ -56,7 +57,10 @@ type Target struct {
 // killed, for single Redis its script cache flushed (a single Redis
 // restarted without persistence forgets its holds: not safe).
 func SafeFaults(t Target) []string {
-	out := []string{FaultPauseClient, FaultKillClient, FaultLatency, FaultBlackhole}
+	out := []string{FaultPauseClient, FaultKillClient}
+	if unproxyable(t.URL) == "" {
+		out = append(out, FaultLatency, FaultBlackhole)
+	}
 	switch {
 	case t.Cluster != nil:
 		out = append(out, FaultStopMember, FaultKillMember)
@@ -73,7 +77,11 @@ func SafeFaults(t Target) []string {
 func CheckFaults(t Target, kinds []string) error {
 	for _, k := range kinds {
 		switch k {
-		case FaultPauseClient, FaultKillClient, FaultLatency, FaultBlackhole, FaultRefuse:
+		case FaultPauseClient, FaultKillClient:
+		case FaultLatency, FaultBlackhole, FaultRefuse:
+			if why := unproxyable(t.URL); why != "" {
+				return fmt.Errorf("fault %q needs proxies between the workers and the servers of %s: %s", k, dsync.RedactURL(t.URL), why)
+			}
 		case FaultKillNode, FaultRestartNode, FaultPauseNode, FaultScriptFlush:
 			if len(t.Redis) == 0 {
 				return fmt.Errorf("fault %q needs Redis servers started here (no --url)", k)
@@ -245,25 +253,84 @@ func (s *soak) workerURL() (string, []*faultproxy.Proxy, error) {
 	if !s.proxy {
 		return s.c.Target.URL, nil, nil
 	}
-	u, err := url.Parse(s.c.Target.URL)
-	if err != nil {
-		return "", nil, err
-	}
 	var ps []*faultproxy.Proxy
-	var hosts []string
-	for h := range strings.SplitSeq(u.Host, ",") {
-		p, err := faultproxy.New(h)
+	u, err := proxyURL(s.c.Target.URL, func(addr string) (string, error) {
+		p, err := faultproxy.New(addr)
 		if err != nil {
-			for _, p := range ps {
-				p.Close()
-			}
-			return "", nil, err
+			return "", err
 		}
 		ps = append(ps, p)
-		hosts = append(hosts, p.Addr())
+		return p.Addr(), nil
+	})
+	if err != nil {
+		for _, p := range ps {
+			p.Close()
+		}
+		return "", nil, err
+	}
+	return u, ps, nil
+}
+
+// defaultPorts are the ports of the schemes whose hosts may omit one.
+var defaultPorts = map[string]string{"redis": "6379", "redlock": "6379", "etcd": "2379"}
+
+// proxyURL rewrites rawURL so that every server address in it (the hosts,
+// comma-separated, and any addr= option) is replaced by the address
+// through returns for it; a host without a port gets its scheme's default
+// first.
+func proxyURL(rawURL string, through func(addr string) (string, error)) (string, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return "", err
+	}
+	if why := unproxyable(rawURL); why != "" {
+		return "", fmt.Errorf("cannot put proxies in front of %s: %s", dsync.RedactURL(rawURL), why)
+	}
+	proxy := func(addr string) (string, error) {
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			addr = net.JoinHostPort(addr, defaultPorts[u.Scheme])
+		}
+		return through(addr)
+	}
+	var hosts []string
+	if u.Host != "" {
+		for h := range strings.SplitSeq(u.Host, ",") {
+			p, err := proxy(h)
+			if err != nil {
+				return "", err
+			}
+			hosts = append(hosts, p)
+		}
 	}
 	u.Host = strings.Join(hosts, ",")
-	return u.String(), ps, nil
+	q := u.Query()
+	if addrs := q["addr"]; len(addrs) > 0 {
+		for i, a := range addrs {
+			if addrs[i], err = proxy(a); err != nil {
+				return "", err
+			}
+		}
+		u.RawQuery = q.Encode()
+	}
+	return u.String(), nil
+}
+
+// unproxyable says why the servers of rawURL cannot be reached through
+// proxies on 127.0.0.1, or returns "" when they can.
+func unproxyable(rawURL string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return "cannot parse: " + err.Error()
+	}
+	switch {
+	case u.Scheme == "memory":
+		return "memory:// has no servers"
+	case u.Scheme == "rediss" || u.Scheme == "etcds" || u.Query().Get("tls") == "true":
+		return "TLS would fail, since the servers' certificates name the servers, not the proxies"
+	case defaultPorts[u.Scheme] == "":
+		return fmt.Sprintf("the soak does not know the ports of scheme %q", u.Scheme)
+	}
+	return ""
 }
 
 func (s *soak) startWorker() (*Worker, error) {

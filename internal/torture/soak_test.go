@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -49,4 +50,34 @@ func TestSoak(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestProxyURL: every server address of a URL goes through a proxy (hosts
+// with or without a port, addr= options); URLs that cannot be proxied are
+// refused, and their soaks leave the proxy faults out of "safe".
+func TestProxyURL(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{"redis://:pw@10.0.0.1/0?ttl=2s", "redis://:pw@P(10.0.0.1:6379)/0?ttl=2s"},
+		{"redlock://h1:7000,h2,h3:7002/0", "redlock://P(h1:7000),P(h2:6379),P(h3:7002)/0"},
+		{"redlock:///?addr=[::1]:6379&addr=[::1]:6380", "redlock:///?addr=P%28%5B%3A%3A1%5D%3A6379%29&addr=P%28%5B%3A%3A1%5D%3A6380%29"},
+		{"etcd://e1,e2:2380/dsync/", "etcd://P(e1:2379),P(e2:2380)/dsync/"},
+	} {
+		got, err := proxyURL(c.in, func(addr string) (string, error) { return "P(" + addr + ")", nil })
+		if err != nil || got != c.want {
+			t.Errorf("proxyURL(%q) = %q, %v; want %q", c.in, got, err, c.want)
+		}
+	}
+	for _, in := range []string{"rediss://:s3cret@h:6380", "etcds://h:2379", "redlock://h1,h2,h3?tls=true", "memory://x"} {
+		_, err := proxyURL(in, func(addr string) (string, error) { return addr, nil })
+		if err == nil || strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("proxyURL(%q): %v, want a refusal that names no password", in, err)
+		}
+		target := Target{Name: "user's", URL: in}
+		if faults := SafeFaults(target); slices.Contains(faults, FaultLatency) || slices.Contains(faults, FaultBlackhole) {
+			t.Errorf("SafeFaults(%q) = %v: proxy faults on a URL that cannot be proxied", in, faults)
+		}
+		if _, err := ParseFaults(target, "latency"); err == nil {
+			t.Errorf("ParseFaults(%q, latency) accepted a proxy fault", in)
+		}
+	}
 }

@@ -9,6 +9,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	mix "github.com/dsync-dev/dsync/internal/interleave"
 	"github.com/dsync-dev/dsync/internal/redistest"
 	"github.com/dsync-dev/dsync/locker"
 )
@@ -142,35 +143,13 @@ func BenchmarkLockCycleRatio(b *testing.B) {
 		}
 	}
 
-	for range 300 { // warm connections and script caches
-		rawCycle(false)
-		rawCycle(true)
-		dsyncCycle(false)
-		dsyncCycle(true)
-	}
-	var tRaw, tScripted, tDsync, tFenced time.Duration
-	for b.Loop() {
-		t0 := time.Now()
-		rawCycle(false)
-		t1 := time.Now()
-		rawCycle(true)
-		t2 := time.Now()
-		dsyncCycle(false)
-		t3 := time.Now()
-		dsyncCycle(true)
-		t4 := time.Now()
-		tRaw += t1.Sub(t0)
-		tScripted += t2.Sub(t1)
-		tDsync += t3.Sub(t2)
-		tFenced += t4.Sub(t3)
-	}
-	n := float64(b.N)
-	b.ReportMetric(float64(tRaw.Nanoseconds())/n, "raw-ns/cycle")
-	b.ReportMetric(float64(tScripted.Nanoseconds())/n, "scripted-ns/cycle")
-	b.ReportMetric(float64(tDsync.Nanoseconds())/n, "dsync-ns/cycle")
-	b.ReportMetric(float64(tDsync)/float64(tScripted), "dsync/scripted")
-	b.ReportMetric(float64(tFenced.Nanoseconds())/n, "fenced-ns/cycle")
-	b.ReportMetric(float64(tDsync)/float64(tRaw), "dsync/raw")
-	b.ReportMetric(float64((tFenced-tDsync).Nanoseconds())/n, "fence-extra-ns/cycle")
-	b.ReportMetric(float64(tFenced)/float64(tDsync), "fenced/dsync")
+	r := mix.Run(b, &mix.Options{Warm: 300},
+		mix.Case{Name: "raw", Run: func() { rawCycle(false) }},
+		mix.Case{Name: "scripted", Run: func() { rawCycle(true) }},
+		mix.Case{Name: "dsync", Run: func() { dsyncCycle(false) }},
+		mix.Case{Name: "fenced", Run: func() { dsyncCycle(true) }})
+	mix.ReportRatio(b, "dsync/raw", r["dsync"], r["raw"])
+	mix.ReportRatio(b, "dsync/scripted", r["dsync"], r["scripted"])
+	mix.ReportRatio(b, "fenced/dsync", r["fenced"], r["dsync"])
+	b.ReportMetric(float64((r["fenced"].Mean() - r["dsync"].Mean()).Nanoseconds()), "fence-extra-ns/cycle")
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dsync-dev/dsync/backends"
+	mix "github.com/dsync-dev/dsync/internal/interleave"
 	"github.com/dsync-dev/dsync/internal/redistest"
 	"github.com/dsync-dev/dsync/redlock"
 )
@@ -77,40 +78,19 @@ func BenchmarkSemaphoreFillRatio(b *testing.B) {
 		}
 	}
 
-	elapsed := make([]time.Duration, len(taken))
-	var lock time.Duration
-	run := func(timed bool) {
-		keepFilled()
-		for i, k := range taken {
-			t0 := time.Now()
-			cycle(fmt.Sprintf("bench-sem-%d", k), size, k < size)
-			if timed {
-				elapsed[i] += time.Since(t0)
-			}
-		}
-		t0 := time.Now()
-		cycle("bench-sem-lock", 1, true)
-		if timed {
-			lock += time.Since(t0)
-		}
-	}
-	for range 200 { // warm connections and script caches
-		run(false)
-	}
-	for b.Loop() {
-		run(true)
-	}
-	n := float64(b.N)
-	b.ReportMetric(float64(lock.Nanoseconds())/n, "lock-ns/cycle")
-	for i, k := range taken {
+	cases := []mix.Case{{Name: "lock", Run: func() { cycle("bench-sem-lock", 1, true) }}}
+	for _, k := range taken {
 		name := fmt.Sprintf("taken%d", k)
 		if k == size {
 			name = "full"
 		}
-		b.ReportMetric(float64(elapsed[i].Nanoseconds())/n, name+"-ns/cycle")
-		if k > 0 {
-			b.ReportMetric(float64(elapsed[i])/float64(elapsed[0]), name+"/free")
+		cases = append(cases, mix.Case{Name: name, Run: func() { cycle(fmt.Sprintf("bench-sem-%d", k), size, k < size) }})
+	}
+	r := mix.Run(b, &mix.Options{Between: keepFilled}, cases...)
+	for _, c := range cases[1:] {
+		if c.Name != "taken0" {
+			mix.ReportRatio(b, c.Name+"/free", r[c.Name], r["taken0"])
 		}
-		b.ReportMetric(float64(elapsed[i])/float64(lock), name+"/lock")
+		mix.ReportRatio(b, c.Name+"/lock", r[c.Name], r["lock"])
 	}
 }

@@ -3,7 +3,6 @@ package etcd_test
 import (
 	"context"
 	"fmt"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,6 +14,7 @@ import (
 	"github.com/dsync-dev/dsync"
 	"github.com/dsync-dev/dsync/backends/etcd"
 	"github.com/dsync-dev/dsync/internal/etcdtest"
+	mix "github.com/dsync-dev/dsync/internal/interleave"
 	"github.com/dsync-dev/dsync/locker"
 	"github.com/dsync-dev/dsync/semaphore"
 )
@@ -140,52 +140,11 @@ func BenchmarkGuardedDeleteCost(b *testing.B) {
 	interleave(b, "guarded", guarded, "plain", plain)
 }
 
-// interleave warms up, then runs x and y alternately, alternating which
-// goes first, so that both see the same machine and disk noise: on one
-// server, a cycle that follows the other's is measurably faster than one
-// that leads, by as much as 15%, whichever of the two it is. It reports
-// each one's mean as xName-ns/cycle and yName-ns/cycle, their ratio x/y,
-// and the ratio of their medians (p50-ratio), which a burst of load from
-// other processes on the machine moves less.
+// interleave measures x and y side by side (internal/interleave) and
+// reports their ratio x/y, and the ratio of their medians (ratio-p50).
 func interleave(b *testing.B, xName string, x func(), yName string, y func()) {
-	for range 200 { // warm the connection and the server
-		x()
-		y()
-	}
-	var tx, ty []time.Duration
-	first := true
-	for b.Loop() {
-		if first {
-			t0 := time.Now()
-			x()
-			t1 := time.Now()
-			y()
-			tx = append(tx, t1.Sub(t0))
-			ty = append(ty, time.Since(t1))
-		} else {
-			t0 := time.Now()
-			y()
-			t1 := time.Now()
-			x()
-			ty = append(ty, t1.Sub(t0))
-			tx = append(tx, time.Since(t1))
-		}
-		first = !first
-	}
-	sum := func(ds []time.Duration) (t time.Duration) {
-		for _, d := range ds {
-			t += d
-		}
-		return t
-	}
-	median := func(ds []time.Duration) time.Duration {
-		slices.Sort(ds)
-		return ds[len(ds)/2]
-	}
-	b.ReportMetric(float64(sum(tx).Nanoseconds())/float64(b.N), xName+"-ns/cycle")
-	b.ReportMetric(float64(sum(ty).Nanoseconds())/float64(b.N), yName+"-ns/cycle")
-	b.ReportMetric(float64(sum(tx))/float64(sum(ty)), "ratio")
-	b.ReportMetric(float64(median(tx))/float64(median(ty)), "p50-ratio")
+	r := mix.Run(b, nil, mix.Case{Name: xName, Run: x}, mix.Case{Name: yName, Run: y})
+	mix.ReportRatio(b, "ratio", r[xName], r[yName])
 }
 
 // BenchmarkSemaphoreCycleRatio interleaves, through the portable types,

@@ -11,6 +11,7 @@ import (
 	"github.com/dsync-dev/dsync"
 	"github.com/dsync-dev/dsync/backends"
 	"github.com/dsync-dev/dsync/backends/redis"
+	mix "github.com/dsync-dev/dsync/internal/interleave"
 	"github.com/dsync-dev/dsync/internal/redistest"
 	"github.com/dsync-dev/dsync/locker"
 )
@@ -161,30 +162,10 @@ func BenchmarkLockCycleRatio(b *testing.B) {
 			b.Fatalf("compare-and-delete = %v, %v", n, err)
 		}
 	}
-	for range 300 { // warm connections and script caches
-		fenced()
-		unfenced()
-		raw()
-	}
-	var tFenced, tUnfenced, tRaw time.Duration
-	for b.Loop() {
-		t0 := time.Now()
-		fenced()
-		t1 := time.Now()
-		unfenced()
-		t2 := time.Now()
-		raw()
-		t3 := time.Now()
-		tFenced += t1.Sub(t0)
-		tUnfenced += t2.Sub(t1)
-		tRaw += t3.Sub(t2)
-	}
-	n := float64(b.N)
-	b.ReportMetric(float64(tFenced.Nanoseconds())/n, "fenced-ns/cycle")
-	b.ReportMetric(float64(tUnfenced.Nanoseconds())/n, "unfenced-ns/cycle")
-	b.ReportMetric(float64(tRaw.Nanoseconds())/n, "raw-ns/cycle")
-	b.ReportMetric(float64(tFenced)/float64(tRaw), "fenced/raw")
-	b.ReportMetric(float64(tUnfenced)/float64(tRaw), "unfenced/raw")
+	r := mix.Run(b, &mix.Options{Warm: 300},
+		mix.Case{Name: "fenced", Run: fenced}, mix.Case{Name: "unfenced", Run: unfenced}, mix.Case{Name: "raw", Run: raw})
+	mix.ReportRatio(b, "fenced/raw", r["fenced"], r["raw"])
+	mix.ReportRatio(b, "unfenced/raw", r["unfenced"], r["raw"])
 }
 
 // BenchmarkSemCycleRatio interleaves, on one server and one driver, one
@@ -221,28 +202,8 @@ func BenchmarkSemCycleRatio(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	for range 300 { // warm the connections and the script cache
-		lock()
-		sem()
-		semHeld()
-	}
-	var tLock, tSem, tHeld time.Duration
-	for b.Loop() {
-		t0 := time.Now()
-		lock()
-		t1 := time.Now()
-		sem()
-		t2 := time.Now()
-		semHeld()
-		t3 := time.Now()
-		tLock += t1.Sub(t0)
-		tSem += t2.Sub(t1)
-		tHeld += t3.Sub(t2)
-	}
-	n := float64(b.N)
-	b.ReportMetric(float64(tLock.Nanoseconds())/n, "lock-ns/cycle")
-	b.ReportMetric(float64(tSem.Nanoseconds())/n, "sem-ns/cycle")
-	b.ReportMetric(float64(tHeld.Nanoseconds())/n, "sem-held-ns/cycle")
-	b.ReportMetric(float64(tSem)/float64(tLock), "sem/lock")
-	b.ReportMetric(float64(tHeld)/float64(tLock), "sem-held/lock")
+	r := mix.Run(b, &mix.Options{Warm: 300},
+		mix.Case{Name: "lock", Run: lock}, mix.Case{Name: "sem", Run: sem}, mix.Case{Name: "sem-held", Run: semHeld})
+	mix.ReportRatio(b, "sem/lock", r["sem"], r["lock"])
+	mix.ReportRatio(b, "sem-held/lock", r["sem-held"], r["lock"])
 }

@@ -47,10 +47,7 @@ func Run(t *testing.T, h Harness) {
 		t.Fatal("backendtest: Harness needs NewBackend and a positive ShortTTL")
 	}
 	s := &suite{h: h}
-	for _, tc := range []struct {
-		name string
-		fn   func(*testing.T)
-	}{
+	runChecks(t, []check{
 		{"BadInput", s.testBadInput},
 		{"Exclusive", s.testExclusive},
 		{"NotReentrant", s.testNotReentrant},
@@ -69,11 +66,22 @@ func Run(t *testing.T, h Harness) {
 		{"ReleaseWakesWaiter", s.testWake},
 		{"DoCancelsOnLoss", s.testDoCancelsOnLoss},
 		{"UseAfterClose", s.testUseAfterClose},
-	} {
-		t.Run(tc.name, tc.fn)
-	}
+	})
 	t.Run("Semaphore", s.runSemaphores)
 	t.Run("Election", s.runElections)
+}
+
+// check is one named check of the suite.
+type check struct {
+	name string
+	fn   func(*testing.T)
+}
+
+// runChecks runs each check as a subtest.
+func runChecks(t *testing.T, checks []check) {
+	for _, c := range checks {
+		t.Run(c.name, c.fn)
+	}
 }
 
 type suite struct {

@@ -20,10 +20,7 @@ import (
 
 // runElections runs the leader-election checks.
 func (s *suite) runElections(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		fn   func(*testing.T)
-	}{
+	runChecks(t, []check{
 		{"OneLeaderPerTerm", s.testElectOneLeader},
 		{"ResignHandsOver", s.testElectResign},
 		{"LostHoldEndsTerm", s.testElectLostHold},
@@ -32,9 +29,7 @@ func (s *suite) runElections(t *testing.T) {
 		{"DuplicateID", s.testElectDuplicate},
 		{"KilledLeaderFailover", s.testElectKilledLeader},
 		{"PausedLeaderFenced", s.testElectPausedLeader},
-	} {
-		t.Run(tc.name, tc.fn)
-	}
+	})
 }
 
 func newElection(t testing.TB, b *dsync.Backend, name, id string, opts *leader.Options) *leader.Election {

@@ -20,10 +20,7 @@ import (
 
 // runSemaphores runs the semaphore checks.
 func (s *suite) runSemaphores(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		fn   func(*testing.T)
-	}{
+	runChecks(t, []check{
 		{"BadSize", s.testSemBadSize},
 		{"AdmitsSize", s.testSemAdmitsSize},
 		{"ExpiryFrees", s.testSemExpiryFrees},
@@ -34,9 +31,7 @@ func (s *suite) runSemaphores(t *testing.T) {
 		{"Hammer", s.testSemHammer},
 		{"ProcessHammer", s.testSemProcessHammer},
 		{"KilledHolderFrees", s.testSemKilledHolder},
-	} {
-		t.Run(tc.name, tc.fn)
-	}
+	})
 }
 
 func newSemaphore(t testing.TB, b *dsync.Backend, name string, size int, opts *semaphore.Options) *semaphore.Semaphore {

@@ -428,18 +428,27 @@ func elections(ctx context.Context, url, title string, cfg demoConfig, out io.Wr
 			_ = b.Close()
 		}
 	}()
+	// result stops the candidates before it reads row, which their fn
+	// still writes while they run.
+	result := func() summaryRow {
+		cancel()
+		wg.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		return row
+	}
 	logf := func(format string, args ...any) {
 		fmt.Fprintf(out, "  %+8.3fs  "+format+"\n", append([]any{since().Seconds()}, args...)...)
 	}
 	for c := 1; c <= candidates; c++ {
 		b, err := dsync.Open(ctx, url)
 		if err != nil {
-			return row, err
+			return result(), err
 		}
 		backends = append(backends, b)
 		e, err := leader.New(b, name, fmt.Sprintf("candidate-%d", c), &leader.Options{TTL: demoTTL})
 		if err != nil {
-			return row, err
+			return result(), err
 		}
 		wg.Go(func() {
 			// Run campaigns, calls fn while leading, resigns when fn
@@ -489,7 +498,7 @@ func elections(ctx context.Context, url, title string, cfg demoConfig, out io.Wr
 	}
 	t, err := next()
 	if err != nil {
-		return row, err
+		return result(), err
 	}
 	for i := 0; ; i++ {
 		time.Sleep(cfg.work) // the leader's work
@@ -507,14 +516,19 @@ func elections(ctx context.Context, url, title string, cfg demoConfig, out io.Wr
 			_ = backends[t.candidate-1].Close()
 		}
 		if t, err = next(); err != nil {
-			return row, err
+			return result(), err
 		}
+		mu.Lock()
 		if i < resigns {
 			row.handover = max(row.handover, t.at-ended)
+		} else {
+			row.failover = t.at - ended
+		}
+		mu.Unlock()
+		if i < resigns {
 			continue
 		}
-		row.failover = t.at - ended
 		close(t.resign)
-		return row, nil
+		return result(), nil
 	}
 }

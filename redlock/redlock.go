@@ -533,10 +533,6 @@ func (d *Driver) fanOut(ctx context.Context, nt time.Duration, all bool, op func
 	errs := make([]error, len(d.nodes))
 	var wg sync.WaitGroup
 	now := time.Now()
-	// One deadline for every node: the calls start together, and a timer
-	// per node costs a few percent of a round on a busy CPU.
-	nctx, cancel := context.WithDeadline(ctx, now.Add(nt))
-	defer cancel()
 	for i, n := range d.nodes {
 		if !all {
 			if err := n.quarantined(now); err != nil {
@@ -547,7 +543,9 @@ func (d *Driver) fanOut(ctx context.Context, nt time.Duration, all bool, op func
 		wg.Add(1)
 		started := d.spawn(func() {
 			defer wg.Done()
+			nctx, cancel := context.WithTimeout(ctx, nt)
 			errs[i] = op(nctx, n)
+			cancel()
 		})
 		if !started {
 			errs[i] = backends.ErrClosed

@@ -1,0 +1,121 @@
+package deadline
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+type key struct{}
+
+func TestSharedWithinBounds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var c Clock
+		const timeout = 160 * time.Millisecond
+		start := time.Now()
+		a, cancel := c.Within(context.Background(), timeout)
+		defer cancel()
+		d, ok := a.Deadline()
+		if !ok {
+			t.Fatal("no deadline")
+		}
+		if left := d.Sub(start); left > timeout || left <= timeout-timeout/16 {
+			t.Fatalf("deadline %v away, want in (%v, %v]", left, timeout-timeout/16, timeout)
+		}
+
+		// Calls within a sixteenth of the timeout share the context.
+		time.Sleep(timeout / 64)
+		b, _ := c.Within(context.Background(), timeout)
+		if b != a {
+			t.Fatal("a call soon after did not share the context")
+		}
+		// A different timeout does not.
+		if o, _ := c.Within(context.Background(), 2*timeout); o == a {
+			t.Fatal("a call with another timeout shared the context")
+		}
+
+		// After a sixteenth, a later deadline, still within bounds.
+		time.Sleep(timeout / 16)
+		now := time.Now()
+		later, _ := c.Within(context.Background(), timeout)
+		if later == a {
+			t.Fatal("a call a sixteenth of the timeout later shared the context")
+		}
+		if d2, _ := later.Deadline(); d2.Sub(now) > timeout || d2.Sub(now) <= timeout-timeout/16 || !d2.After(d) {
+			t.Fatalf("later deadline %v away (first %v), want later and in (%v, %v]", d2.Sub(now), d.Sub(now), timeout-timeout/16, timeout)
+		}
+
+		// The shared context ends at its deadline, not before.
+		time.Sleep(d.Sub(time.Now()) - time.Millisecond)
+		if a.Err() != nil {
+			t.Fatalf("done %v before its deadline", a.Err())
+		}
+		time.Sleep(time.Millisecond)
+		synctest.Wait()
+		select {
+		case <-a.Done():
+		default:
+			t.Fatal("not done at its deadline")
+		}
+		if !errors.Is(a.Err(), context.DeadlineExceeded) {
+			t.Fatalf("Err = %v, want DeadlineExceeded", a.Err())
+		}
+	})
+}
+
+func TestWithinKeepsTheCallersContext(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var c Clock
+		const timeout = time.Second
+
+		// A deadline within the timeout: the caller's context itself.
+		short, cancelShort := context.WithTimeout(context.Background(), timeout/2)
+		defer cancelShort()
+		if got, _ := c.Within(short, timeout); got != short {
+			t.Fatal("a context with an earlier deadline was not passed through")
+		}
+
+		// Values survive sharing, and the deadline is the shared one.
+		valued := context.WithValue(context.Background(), key{}, "v")
+		got, _ := c.Within(valued, timeout)
+		if got.Value(key{}) != "v" {
+			t.Fatal("the caller's value was lost")
+		}
+		shared, _ := c.Within(context.Background(), timeout)
+		if d1, _ := got.Deadline(); func() bool { d2, _ := shared.Deadline(); return !d1.Equal(d2) }() {
+			t.Fatal("a context with values did not share the deadline")
+		}
+
+		// A cancelled caller's context, made uncancellable, is shared and
+		// not done.
+		cancelled, cancel := context.WithCancel(context.Background())
+		cancel()
+		if got, _ := c.Within(context.WithoutCancel(cancelled), timeout); got.Err() != nil {
+			t.Fatalf("WithoutCancel context done: %v", got.Err())
+		}
+
+		// A context that can be cancelled gets its own, cancelled with it.
+		parent, cancelParent := context.WithCancel(context.WithValue(context.Background(), key{}, "p"))
+		own, cancelOwn := c.Within(parent, timeout)
+		defer cancelOwn()
+		if own == shared || own.Value(key{}) != "p" {
+			t.Fatal("a cancellable context was not given its own bounded context")
+		}
+		if d, ok := own.Deadline(); !ok || time.Until(d) != timeout {
+			t.Fatalf("own deadline %v away, want %v", time.Until(d), timeout)
+		}
+		cancelParent()
+		if !errors.Is(own.Err(), context.Canceled) {
+			t.Fatalf("Err after the caller's cancel = %v", own.Err())
+		}
+
+		// A zero or negative timeout is already over.
+		over, cancelOver := c.Within(context.Background(), 0)
+		defer cancelOver()
+		if over.Err() == nil {
+			t.Fatal("a zero timeout gave a live context")
+		}
+	})
+}

@@ -29,15 +29,11 @@ else
 	return 0
 end`)
 
-// scriptedAcquire and scriptedRelease do on the server what the driver's
-// scripts do for an unfenced lock (acquire_seeded.lua with no token;
-// release.lua, which also publishes a release notice), so that the
-// "scripted" floor differs from the driver only on the client side.
+// scriptedRelease does on the server what the driver's release.lua does for
+// a lock (it also publishes a release notice), so that the "scripted" floor
+// differs from the driver only on the client side: an unfenced acquire is
+// a plain SET NX PX in both.
 var (
-	scriptedAcquire = goredis.NewScript(`if not redis.call("SET", KEYS[1], ARGV[1], "NX", "PX", ARGV[2]) then
-	return 0
-end
-return 1`)
 	scriptedRelease = goredis.NewScript(`local v = redis.call("GET", KEYS[1])
 if v and (v == ARGV[1] or string.sub(v, 1, #ARGV[1] + 1) == ARGV[1] .. "\n") then
 	redis.call("DEL", KEYS[1])
@@ -55,9 +51,9 @@ return 0`)
 //     go-redis: SET NX PX on the 5 masters in parallel (one goroutine each,
 //     waiting for all 5 replies), then the compare-and-delete script on the
 //     5 in parallel, waiting for all 5. Two parallel round trips.
-//   - scripted: the raw cycle with the driver's server-side work (Lua
-//     scripts, the release notice), to tell the client's overhead from the
-//     server's.
+//   - scripted: the raw cycle with the driver's server-side work (its
+//     release script, with the release notice), to tell the client's
+//     overhead from the server's.
 //   - dsync: the same cycle through locker.TryAcquire and Lease.Release
 //     with NoFencing (the driver's one-round mode), decided at quorum.
 //   - fenced: the locker's default, with fencing tokens: a second round
@@ -107,15 +103,7 @@ func BenchmarkLockCycleRatio(b *testing.B) {
 		var wg sync.WaitGroup
 		for n, c := range clients {
 			wg.Go(func() {
-				var ok bool
-				var err error
-				if scripted {
-					var r int64
-					r, err = scriptedAcquire.Run(ctx, c, []string{rawKey}, tok, benchTTL.Milliseconds()).Int64()
-					ok = r == 1
-				} else {
-					ok, err = c.SetNX(ctx, rawKey, tok, benchTTL).Result()
-				}
+				ok, err := c.SetNX(ctx, rawKey, tok, benchTTL).Result()
 				if err == nil && !ok {
 					err = goredis.Nil
 				}

@@ -202,9 +202,7 @@ func (d *Driver) withdrawRound(r *round, nt time.Duration) {
 		wg.Add(1)
 		started := d.spawn(func() {
 			defer wg.Done()
-			ctx, cancel := context.WithTimeout(d.ctx, nt)
-			_ = r.h.t.withdraw(ctx, v.node, r.ref.token)
-			cancel()
+			_ = r.h.t.withdraw(d.clock.Detached(context.Background(), nt), v.node, r.ref.token)
 		})
 		if !started {
 			wg.Done() // closed: the hold expires on the node

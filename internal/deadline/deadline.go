@@ -23,24 +23,37 @@ import (
 )
 
 // A Clock bounds calls by a timeout, sharing one context among the calls
-// that ask for the same timeout at about the same time. The zero Clock is
-// ready to use; a Clock is safe for concurrent use and must not be copied
-// after first use. It holds no goroutine: each context it made is released
-// by its own timer at its deadline, so at most about 17 per timeout in use
-// are alive at a time.
+// that ask for the same timeout at about the same time. The contexts it
+// shares derive from its parent, context.Background for the zero Clock,
+// which is ready to use. A Clock is safe for concurrent use and must not
+// be copied after first use. It holds no goroutine: each context it made
+// is released by its own timer at its deadline (or when the parent ends),
+// so at most about 17 per timeout in use are alive at a time.
 type Clock struct {
-	once sync.Once
-	base time.Time // the first use, with its monotonic reading: deadlines ignore wall-clock steps
-	cur  atomic.Pointer[span]
+	parent context.Context // nil: context.Background
+	once   sync.Once
+	base   time.Time // the first use, with its monotonic reading: deadlines ignore wall-clock steps
+	// current holds, by timeout, an *atomic.Pointer[span] to the context
+	// shared last; for up to maxTimeouts timeouts, beyond which contexts
+	// are made per call.
+	current  sync.Map
+	timeouts atomic.Int32
 }
 
-// span is the context shared by the calls with timeout whose deadline
+// maxTimeouts bounds a Clock's cache: a program uses a handful of
+// timeouts (one per configuration), not one per call.
+const maxTimeouts = 32
+
+// NewClock returns a Clock whose contexts derive from parent, so that they
+// all end when it does.
+func NewClock(parent context.Context) *Clock { return &Clock{parent: parent} }
+
+// span is the context shared by the calls of one timeout whose deadline
 // rounds down to base + k*(timeout/16).
 type span struct {
-	timeout time.Duration
-	k       int64
-	ctx     context.Context
-	cancel  context.CancelFunc // kept for the record: the timer at the deadline releases the context
+	k      int64
+	ctx    context.Context
+	cancel context.CancelFunc // never called: the timer at the deadline releases the context
 }
 
 // Within returns ctx bounded by timeout, and the function that releases its
@@ -49,10 +62,8 @@ type span struct {
 // or when the bound passes, and it carries ctx's values.
 //
 //   - If ctx's deadline comes within timeout, ctx itself is returned.
-//   - If ctx can never be cancelled (its Done is nil), the context returned
-//     is shared with the calls of the same timeout made within
-//     timeout/16 of this one: its deadline is at most timeout and more
-//     than timeout - timeout/16 away.
+//   - If ctx can never be cancelled (its Done is nil), it is
+//     Detached(ctx, timeout), which also ends if the clock's parent does.
 //   - Otherwise it is context.WithTimeout(ctx, timeout).
 func (c *Clock) Within(ctx context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
 	if d, ok := ctx.Deadline(); ok && time.Until(d) <= timeout {
@@ -61,25 +72,65 @@ func (c *Clock) Within(ctx context.Context, timeout time.Duration) (context.Cont
 	if ctx.Done() != nil || timeout <= 0 {
 		return context.WithTimeout(ctx, timeout)
 	}
-	shared := c.shared(timeout)
-	if ctx == context.Background() || ctx == context.TODO() {
-		return shared, noop
-	}
-	return valuesFrom{Context: shared, values: ctx}, noop
+	return c.Detached(ctx, timeout), noop
 }
 
-// shared returns the context, derived from context.Background, that ends
+// Detached returns a context that carries ctx's values but not its
+// cancellation or deadline, and ends at a deadline at most timeout and
+// more than timeout - timeout/16 from now, or when the clock's parent
+// ends. It is shared with the calls of the same timeout made within
+// timeout/16 of this one; nothing needs to be called when the call it
+// bounds is done. A timeout <= 0 gives a context that has ended.
+func (c *Clock) Detached(ctx context.Context, timeout time.Duration) context.Context {
+	shared := c.shared(timeout)
+	if ctx == context.Background() || ctx == context.TODO() {
+		return shared
+	}
+	return valuesFrom{Context: shared, values: ctx}
+}
+
+// shared returns the context, derived from the clock's parent, that ends
 // within timeout and not before timeout - timeout/16 from now.
 func (c *Clock) shared(timeout time.Duration) context.Context {
-	c.once.Do(func() { c.base = time.Now() })
+	if timeout <= 0 {
+		timeout = 0
+	}
+	c.once.Do(func() {
+		c.base = time.Now()
+		if c.parent == nil {
+			c.parent = context.Background()
+		}
+	})
 	quantum := max(timeout/16, 1)
 	k := int64((time.Since(c.base) + timeout) / quantum)
-	if s := c.cur.Load(); s != nil && s.k == k && s.timeout == timeout {
-		return s.ctx
+	cur := c.slot(timeout)
+	if cur != nil {
+		if s := cur.Load(); s != nil && s.k == k {
+			return s.ctx
+		}
 	}
-	ctx, cancel := context.WithDeadline(context.Background(), c.base.Add(time.Duration(k)*quantum))
-	c.cur.Store(&span{timeout: timeout, k: k, ctx: ctx, cancel: cancel})
+	ctx, cancel := context.WithDeadline(c.parent, c.base.Add(time.Duration(k)*quantum))
+	s := &span{k: k, ctx: ctx, cancel: cancel}
+	if cur != nil {
+		cur.Store(s)
+	}
 	return ctx
+}
+
+// slot returns the cache entry for timeout, or nil when the cache is full.
+func (c *Clock) slot(timeout time.Duration) *atomic.Pointer[span] {
+	if p, ok := c.current.Load(timeout); ok {
+		return p.(*atomic.Pointer[span])
+	}
+	if c.timeouts.Add(1) > maxTimeouts {
+		c.timeouts.Add(-1)
+		return nil
+	}
+	p, loaded := c.current.LoadOrStore(timeout, new(atomic.Pointer[span]))
+	if loaded {
+		c.timeouts.Add(-1)
+	}
+	return p.(*atomic.Pointer[span])
 }
 
 func noop() {}

@@ -48,7 +48,7 @@ func TestSharedWithinBounds(t *testing.T) {
 		}
 
 		// The shared context ends at its deadline, not before.
-		time.Sleep(d.Sub(time.Now()) - time.Millisecond)
+		time.Sleep(time.Until(d) - time.Millisecond)
 		if a.Err() != nil {
 			t.Fatalf("done %v before its deadline", a.Err())
 		}
@@ -116,6 +116,48 @@ func TestWithinKeepsTheCallersContext(t *testing.T) {
 		defer cancelOver()
 		if over.Err() == nil {
 			t.Fatal("a zero timeout gave a live context")
+		}
+	})
+}
+
+func TestDetachedFromAParent(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		parent, cancelParent := context.WithCancel(context.Background())
+		c := NewClock(parent)
+		caller, cancelCaller := context.WithCancel(context.WithValue(context.Background(), key{}, "v"))
+		d := c.Detached(caller, time.Second)
+		if d.Value(key{}) != "v" {
+			t.Fatal("the caller's value was lost")
+		}
+		cancelCaller()
+		if d.Err() != nil {
+			t.Fatal("a detached context ended with its caller's")
+		}
+		if again := c.Detached(context.Background(), time.Second); again.Err() != nil {
+			t.Fatal("the shared context ended early")
+		}
+		cancelParent()
+		if !errors.Is(d.Err(), context.Canceled) {
+			t.Fatalf("Err after the clock's parent ended = %v, want Canceled", d.Err())
+		}
+	})
+}
+
+func TestManyTimeouts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var c Clock
+		// Past the cache's capacity, contexts are still bounded, one per
+		// call.
+		for i := range 2 * maxTimeouts {
+			timeout := time.Duration(i+1) * time.Second
+			a := c.Detached(context.Background(), timeout)
+			if d, _ := a.Deadline(); time.Until(d) > timeout || time.Until(d) <= timeout-timeout/16 {
+				t.Fatalf("timeout %v: deadline %v away", timeout, time.Until(d))
+			}
+			b := c.Detached(context.Background(), timeout)
+			if shared := a == b; shared != (i < maxTimeouts) {
+				t.Fatalf("timeout %d of %d: shared = %v", i+1, 2*maxTimeouts, shared)
+			}
 		}
 	})
 }

@@ -80,10 +80,10 @@ type Lease struct {
 	expires    time.Time
 	extensions int
 	err        error       // nil while held
-	timer      *time.Timer // ends the lease when its validity runs out
+	timer      *time.Timer // ends the lease when its validity runs out; armed by Done
 	stopReason string      // why auto-extension stopped, for the loss message
 
-	done     chan struct{}
+	done     chan struct{} // made by Done, closed by end; protected by mu
 	autoOnce sync.Once
 	autoWG   sync.WaitGroup // the auto-extension goroutine
 	// autoCtx ends when the lease does, cutting short an extension in
@@ -98,11 +98,8 @@ var _ dsync.Lease = (*Lease)(nil)
 func newLease(cfg *Config, key, token string, g backends.Grant, start time.Time, expires time.Time) *Lease {
 	l := &Lease{
 		cfg: cfg, key: key, holdKey: cmp.Or(g.Key, key), token: token, fence: g.Fence, ttl: g.TTL, acquired: start, voters: g.Voters,
-		expires: expires, done: make(chan struct{}),
+		expires: expires,
 	}
-	l.mu.Lock() // onTimer may run before AfterFunc returns
-	l.timer = time.AfterFunc(time.Until(expires), l.onTimer)
-	l.mu.Unlock()
 	return l
 }
 
@@ -140,8 +137,24 @@ func (l *Lease) Validity() time.Duration {
 	return max(time.Until(l.expires), 0)
 }
 
-// Done implements dsync.Lease.
-func (l *Lease) Done() <-chan struct{} { return l.done }
+// Done implements dsync.Lease. The channel and the timer that closes it
+// when the validity runs out are made on the first call: a lease whose
+// Done is never asked for costs no timer (the other methods check the
+// validity themselves).
+func (l *Lease) Done() <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.done == nil {
+		l.lapse()
+		l.done = make(chan struct{})
+		if l.err != nil {
+			close(l.done)
+		} else {
+			l.timer = time.AfterFunc(time.Until(l.expires), l.onTimer)
+		}
+	}
+	return l.done
+}
 
 // Err implements dsync.Lease. A lease whose validity has run out reports
 // its loss at once, even when the process was paused and its timer has not
@@ -159,11 +172,15 @@ func (l *Lease) end(err error) {
 		return
 	}
 	l.err = err
-	l.timer.Stop()
+	if l.timer != nil {
+		l.timer.Stop()
+	}
 	if l.autoCancel != nil {
 		l.autoCancel()
 	}
-	close(l.done)
+	if l.done != nil {
+		close(l.done)
+	}
 }
 
 // onTimer runs when the validity may have run out.
@@ -240,7 +257,9 @@ func (l *Lease) Extend(ctx context.Context) error {
 		}
 		if exp := start.Add(l.ttl - l.cfg.Drift(l.ttl)); exp.After(l.expires) {
 			l.expires = exp
-			l.timer.Reset(time.Until(exp))
+			if l.timer != nil {
+				l.timer.Reset(time.Until(exp))
+			}
 		}
 		l.extensions++
 		return nil
@@ -276,7 +295,7 @@ func (l *Lease) autoExtend() {
 	defer t.Stop()
 	for {
 		select {
-		case <-l.done:
+		case <-l.autoCtx.Done(): // the lease has ended
 			return
 		case <-t.C:
 		}
@@ -294,8 +313,9 @@ func (l *Lease) autoExtend() {
 		case errors.Is(err, dsync.ErrLeaseLost), errors.Is(err, dsync.ErrNotHeld):
 			return
 		default:
-			// Transient failure: try again soon, while validity lasts; the
-			// timer ends the lease if it runs out first.
+			// Transient failure: try again soon, while validity lasts;
+			// the next Extend (or Done's timer) ends the lease once it
+			// has run out.
 			t.Reset(max(interval/4, time.Millisecond))
 		}
 	}

@@ -30,6 +30,7 @@ func TestLateTimerStillReportsLoss(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		l.Done() // arms the timer
 		l.mu.Lock()
 		l.timer.Stop() // as if the process were paused: the timer fires late
 		l.mu.Unlock()
@@ -50,6 +51,52 @@ func TestLateTimerStillReportsLoss(t *testing.T) {
 		}
 		if err := l.Release(ctx); !errors.Is(err, dsync.ErrNotHeld) || !errors.Is(err, dsync.ErrLeaseLost) {
 			t.Errorf("Release = %v, want ErrNotHeld wrapping ErrLeaseLost", err)
+		}
+	})
+}
+
+// TestDoneWithoutTimerUntilAsked: Done, asked for before the validity runs
+// out, is closed when it does; asked for after, it is closed already. A
+// lease never asked costs no timer.
+func TestDoneWithoutTimerUntilAsked(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		cfg := testConfig(memory.New(nil))
+		early, err := Attempt(ctx, cfg, "early")
+		if err != nil {
+			t.Fatal(err)
+		}
+		late, err := Attempt(ctx, cfg, "late")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if late.timer != nil {
+			t.Fatal("a timer was armed before Done was asked for")
+		}
+		done := early.Done()
+		time.Sleep(500 * time.Millisecond)
+		select {
+		case <-done:
+			t.Fatal("Done closed while valid")
+		default:
+		}
+		time.Sleep(time.Second)
+		synctest.Wait()
+		select {
+		case <-done:
+		default:
+			t.Fatal("Done not closed when the validity ran out")
+		}
+		if !errors.Is(early.Err(), dsync.ErrLeaseLost) {
+			t.Fatalf("Err = %v, want ErrLeaseLost", early.Err())
+		}
+		select {
+		case <-late.Done():
+		default:
+			t.Fatal("Done, first asked after the validity ran out, is not closed")
+		}
+		if !errors.Is(late.Err(), dsync.ErrLeaseLost) {
+			t.Fatalf("Err = %v, want ErrLeaseLost", late.Err())
 		}
 	})
 }

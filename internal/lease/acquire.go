@@ -21,7 +21,7 @@ func Attempt(ctx context.Context, cfg *Config, key string) (*Lease, error) {
 	token := NewToken()
 	req := backends.Request{Key: key, Token: token, Value: cfg.Value, TTL: cfg.TTL, Limit: cfg.Limit, Fence: cfg.Fence}
 	start := time.Now()
-	actx, cancel := cfg.attempts.Within(ctx, cfg.AttemptTimeout)
+	actx, cancel := clockFor(cfg.Driver).Within(ctx, cfg.AttemptTimeout)
 	g, err := cfg.Driver.Acquire(actx, req)
 	cancel()
 	if err != nil {

@@ -16,7 +16,6 @@ import (
 
 	"github.com/dsync-dev/dsync"
 	"github.com/dsync-dev/dsync/backends"
-	"github.com/dsync-dev/dsync/internal/deadline"
 )
 
 // Config is the validated, immutable configuration shared by every lease of
@@ -46,10 +45,6 @@ type Config struct {
 	// MaxExtensions and MaxHold bound extension; zero means no bound.
 	MaxExtensions int
 	MaxHold       time.Duration
-
-	// attempts and releases bound attempts and releases without a timer
-	// per call; they make a Config unfit to copy once used.
-	attempts, releases deadline.Clock
 }
 
 // Drift is the allowance for clock drift subtracted from a validity.
@@ -348,7 +343,7 @@ func release(ctx context.Context, cfg *Config, key, token string) error {
 	if ctx.Err() != nil {
 		ctx = context.WithoutCancel(ctx)
 	}
-	ctx, cancel := cfg.releases.Within(ctx, cfg.ReleaseTimeout)
+	ctx, cancel := clockFor(cfg.Driver).Within(ctx, cfg.ReleaseTimeout)
 	defer cancel()
 	return cfg.Driver.Release(ctx, key, token)
 }

@@ -140,3 +140,29 @@ func TestAcquireAttemptsAgainAfterSubscribing(t *testing.T) {
 		}
 	})
 }
+
+// uncomparable is a driver that cannot be a map key.
+type uncomparable struct {
+	*memory.Driver
+	_ []int
+}
+
+func TestClockPerDriver(t *testing.T) {
+	a, b := memory.New(nil), memory.New(nil)
+	if clockFor(a) != clockFor(a) {
+		t.Fatal("two calls on one driver got different clocks")
+	}
+	if clockFor(a) == clockFor(b) {
+		t.Fatal("two drivers share a clock")
+	}
+	u := uncomparable{Driver: a}
+	if clockFor(u) == nil || clockFor(u) == clockFor(u) {
+		t.Fatal("a driver that cannot be a map key must get a clock of its own per call")
+	}
+	for range 2 * maxClocks {
+		clockFor(memory.New(nil))
+	}
+	if n := numClocks.Load(); n > maxClocks {
+		t.Fatalf("%d clocks cached, bound %d", n, maxClocks)
+	}
+}

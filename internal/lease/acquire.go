@@ -56,15 +56,15 @@ func final(err error) bool {
 // waits, so that a release between the first attempt and the subscription
 // is not missed. An uncontended Acquire therefore costs one attempt.
 func Acquire(ctx context.Context, cfg *Config, key string, policy retry.Policy) (*Lease, error) {
-	done, err := waitTurn(ctx, cfg.Driver, key)
+	turn, err := waitTurn(ctx, cfg.Driver, key)
 	if err != nil {
 		return nil, gaveUp(cfg, key, err, errors.New("waiting behind other waiters of this process"))
 	}
-	defer done()
+	defer passTurn(turn)
 	var wake <-chan struct{}
 	subscribed := false
-	var prev error // the last attempt that ran its course
-	b := policy.Start()
+	var prev error      // the last attempt that ran its course
+	var b retry.Backoff // started at the first wait: an uncontended Acquire needs none
 	for {
 		l, err := Attempt(ctx, cfg, key)
 		if err == nil {
@@ -88,6 +88,9 @@ func Acquire(ctx context.Context, cfg *Config, key string, policy retry.Policy) 
 					continue // attempt again now that no release can slip by
 				}
 			}
+		}
+		if b == nil {
+			b = policy.Start()
 		}
 		d, ok := b.Next()
 		if !ok {

@@ -21,12 +21,16 @@ type queueKey struct {
 	key    string
 }
 
-// line is the queue of one key: busy while some waiter is at the head;
-// turns holds the channels of the others, in arrival order.
+// line is the queue of one key while some waiter is at its head: turns
+// holds the channels of the others, in arrival order.
 type line struct {
-	busy  bool
 	turns []chan struct{}
 }
+
+// headOnly is the line of a key whose head has nobody behind it, shared
+// by all such keys (never modified), so that an uncontended Acquire
+// allocates no line.
+var headOnly = &line{}
 
 var (
 	linesMu sync.Mutex
@@ -35,19 +39,20 @@ var (
 
 // waitTurn blocks until the caller is at the head of key's line, or ctx
 // ends (the error is ctx's, and the caller has left the line). On success
-// the caller must call the returned function once it is done contending.
-func waitTurn(ctx context.Context, d backends.Driver, key string) (func(), error) {
+// the caller must call passTurn with the key returned once it is done
+// contending.
+func waitTurn(ctx context.Context, d backends.Driver, key string) (queueKey, error) {
 	k := queueKey{d, key}
 	linesMu.Lock()
 	l := lines[k]
 	if l == nil {
+		lines[k] = headOnly
+		linesMu.Unlock()
+		return k, nil
+	}
+	if l == headOnly {
 		l = &line{}
 		lines[k] = l
-	}
-	if !l.busy {
-		l.busy = true
-		linesMu.Unlock()
-		return func() { passTurn(k) }, nil
 	}
 	turn := make(chan struct{})
 	l.turns = append(l.turns, turn)
@@ -55,20 +60,20 @@ func waitTurn(ctx context.Context, d backends.Driver, key string) (func(), error
 
 	select {
 	case <-turn:
-		return func() { passTurn(k) }, nil
+		return k, nil
 	case <-ctx.Done():
 		linesMu.Lock()
 		for i, t := range l.turns {
 			if t == turn {
 				l.turns = append(l.turns[:i], l.turns[i+1:]...)
 				linesMu.Unlock()
-				return nil, ctx.Err()
+				return queueKey{}, ctx.Err()
 			}
 		}
 		linesMu.Unlock()
 		// The turn was handed over as ctx ended: pass it on.
 		passTurn(k)
-		return nil, ctx.Err()
+		return queueKey{}, ctx.Err()
 	}
 }
 
@@ -77,7 +82,7 @@ func passTurn(k queueKey) {
 	linesMu.Lock()
 	defer linesMu.Unlock()
 	l := lines[k]
-	if len(l.turns) > 0 {
+	if l != headOnly && len(l.turns) > 0 {
 		next := l.turns[0]
 		l.turns = l.turns[1:]
 		close(next)

@@ -16,9 +16,20 @@
 // paused longer than that applies the SET on resume and the key holds that
 // one node for one TTL more (an availability cost, never a second holder).
 // Undoing a failed attempt sends no release notice, so waiters are not
-// woken for a hold that never was. Release and extension use the same parallel fan-out
-// and quorum rule; extension never re-creates an expired key and is bounded
-// by the locker's MaxExtensions and MaxHold.
+// woken for a hold that never was. Release and extension use the same
+// parallel fan-out and quorum rule; extension never re-creates an expired
+// key and is bounded by the locker's MaxExtensions and MaxHold. A release
+// that follows its acquisition closely waits, node by node and within the
+// per-node timeout, for the acquisition's reply from that node before it
+// sends the release there, so each node gets one command per step. A
+// fan-out returns when its caller's context ends; the requests not
+// answered by then count as failed and finish in the background, within
+// the per-node timeout.
+//
+// The requests run on goroutines of the driver's that outlive a request
+// (they exit after a few seconds idle, or at Close), and their deadlines
+// are shared among the requests made at about the same time: see
+// BenchmarkLockCycleRatio for what that saves.
 //
 // # Restart quarantine
 //

@@ -9,14 +9,17 @@
 // one context, whose deadline is the earliest of theirs: every call is
 // bounded by at most its timeout and by no less than 15/16 of it.
 //
-// Sharing is only possible when the caller's context can never be
-// cancelled (context.Background, context.WithoutCancel, and values on top
-// of them); a caller's context that can be cancelled gets a context of its
-// own, as with context.WithTimeout, unless its own deadline comes first.
+// Calls share when the caller's context can never be cancelled
+// (context.Background, context.WithoutCancel, and values on top of them),
+// and when they come again and again from the same cancellable context (a
+// worker's long-lived one): the shared context then derives from it. A
+// caller's context seen for the first time gets a context of its own, as
+// with context.WithTimeout, unless its own deadline comes first.
 package deadline
 
 import (
 	"context"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,18 +27,19 @@ import (
 
 // A Clock bounds calls by a timeout, sharing one context among the calls
 // that ask for the same timeout at about the same time. The contexts it
-// shares derive from its parent, context.Background for the zero Clock,
-// which is ready to use. A Clock is safe for concurrent use and must not
-// be copied after first use. It holds no goroutine: each context it made
-// is released by its own timer at its deadline (or when the parent ends),
-// so at most about 17 per timeout in use are alive at a time.
+// shares among callers whose context cannot be cancelled derive from its
+// parent, context.Background for the zero Clock, which is ready to use. A
+// Clock is safe for concurrent use and must not be copied after first use.
+// It holds no goroutine: each context it shares is released by its own
+// timer at its deadline (or when its parent ends), so at most about 17 per
+// timeout in use are alive at a time.
 type Clock struct {
 	parent context.Context // nil: context.Background
 	once   sync.Once
 	base   time.Time // the first use, with its monotonic reading: deadlines ignore wall-clock steps
-	// current holds, by timeout, an *atomic.Pointer[span] to the context
-	// shared last; for up to maxTimeouts timeouts, beyond which contexts
-	// are made per call.
+	// current holds, by slotKey, an *atomic.Pointer[span] to the context
+	// shared last; for up to maxTimeouts keys, beyond which contexts are
+	// made per call.
 	current  sync.Map
 	timeouts atomic.Int32
 }
@@ -44,14 +48,24 @@ type Clock struct {
 // timeouts (one per configuration), not one per call.
 const maxTimeouts = 32
 
+// slotKey names a cache entry: the contexts of one timeout derived from
+// the clock's parent, or from the caller's context.
+type slotKey struct {
+	timeout  time.Duration
+	ofCaller bool
+}
+
 // NewClock returns a Clock whose contexts derive from parent, so that they
 // all end when it does.
 func NewClock(parent context.Context) *Clock { return &Clock{parent: parent} }
 
 // span is the context shared by the calls of one timeout whose deadline
-// rounds down to base + k*(timeout/16).
+// rounds down to base + k*(timeout/16), derived from caller (nil: from
+// the clock's parent). A span with a caller and no ctx records the first
+// call seen from that caller.
 type span struct {
 	k      int64
+	caller context.Context
 	ctx    context.Context
 	cancel context.CancelFunc // never called: the timer at the deadline releases the context
 }
@@ -64,15 +78,25 @@ type span struct {
 //   - If ctx's deadline comes within timeout, ctx itself is returned.
 //   - If ctx can never be cancelled (its Done is nil), it is
 //     Detached(ctx, timeout), which also ends if the clock's parent does.
+//   - If the previous call of this timeout came from ctx too, the context
+//     returned derives from ctx and is shared with the other calls of the
+//     same timeout from ctx within timeout/16 of this one: its deadline is
+//     at most timeout and more than timeout - timeout/16 away.
 //   - Otherwise it is context.WithTimeout(ctx, timeout).
 func (c *Clock) Within(ctx context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
 	if d, ok := ctx.Deadline(); ok && time.Until(d) <= timeout {
 		return ctx, noop
 	}
-	if ctx.Done() != nil || timeout <= 0 {
+	if timeout <= 0 {
 		return context.WithTimeout(ctx, timeout)
 	}
-	return c.Detached(ctx, timeout), noop
+	if ctx.Done() == nil {
+		return c.Detached(ctx, timeout), noop
+	}
+	if shared := c.sharedOf(ctx, timeout); shared != nil {
+		return shared, noop
+	}
+	return context.WithTimeout(ctx, timeout)
 }
 
 // Detached returns a context that carries ctx's values but not its
@@ -89,27 +113,38 @@ func (c *Clock) Detached(ctx context.Context, timeout time.Duration) context.Con
 	return valuesFrom{Context: shared, values: ctx}
 }
 
-// shared returns the context, derived from the clock's parent, that ends
-// within timeout and not before timeout - timeout/16 from now.
-func (c *Clock) shared(timeout time.Duration) context.Context {
-	if timeout <= 0 {
-		timeout = 0
-	}
+// start records the clock's first use.
+func (c *Clock) start() {
 	c.once.Do(func() {
 		c.base = time.Now()
 		if c.parent == nil {
 			c.parent = context.Background()
 		}
 	})
-	quantum := max(timeout/16, 1)
-	k := int64((time.Since(c.base) + timeout) / quantum)
-	cur := c.slot(timeout)
+}
+
+// quantum returns the step of timeout's deadlines and the step that ends
+// within timeout and not before timeout - quantum from now.
+func (c *Clock) quantum(timeout time.Duration) (time.Duration, int64) {
+	q := max(timeout/16, 1)
+	return q, int64((time.Since(c.base) + timeout) / q)
+}
+
+// shared returns the context, derived from the clock's parent, that ends
+// within timeout and not before timeout - timeout/16 from now.
+func (c *Clock) shared(timeout time.Duration) context.Context {
+	if timeout <= 0 {
+		timeout = 0
+	}
+	c.start()
+	q, k := c.quantum(timeout)
+	cur := c.slot(slotKey{timeout: timeout})
 	if cur != nil {
 		if s := cur.Load(); s != nil && s.k == k {
 			return s.ctx
 		}
 	}
-	ctx, cancel := context.WithDeadline(c.parent, c.base.Add(time.Duration(k)*quantum))
+	ctx, cancel := context.WithDeadline(c.parent, c.base.Add(time.Duration(k)*q))
 	s := &span{k: k, ctx: ctx, cancel: cancel}
 	if cur != nil {
 		cur.Store(s)
@@ -117,16 +152,45 @@ func (c *Clock) shared(timeout time.Duration) context.Context {
 	return ctx
 }
 
-// slot returns the cache entry for timeout, or nil when the cache is full.
-func (c *Clock) slot(timeout time.Duration) *atomic.Pointer[span] {
-	if p, ok := c.current.Load(timeout); ok {
+// sharedOf returns the context derived from caller that ends within timeout
+// and not before timeout - timeout/16 from now, when the previous call of
+// this timeout came from caller too; otherwise it records caller and
+// returns nil. Contexts made from a caller seen once are left to
+// context.WithTimeout, so that callers with a context per call (a
+// request's) leave no context waiting for its deadline.
+func (c *Clock) sharedOf(caller context.Context, timeout time.Duration) context.Context {
+	if !reflect.TypeOf(caller).Comparable() {
+		return nil
+	}
+	cur := c.slot(slotKey{timeout: timeout, ofCaller: true})
+	if cur == nil {
+		return nil
+	}
+	c.start()
+	q, k := c.quantum(timeout)
+	s := cur.Load()
+	switch {
+	case s == nil || s.caller != caller:
+		cur.Store(&span{caller: caller})
+		return nil
+	case s.ctx != nil && s.k == k:
+		return s.ctx
+	}
+	ctx, cancel := context.WithDeadline(caller, c.base.Add(time.Duration(k)*q))
+	cur.Store(&span{k: k, caller: caller, ctx: ctx, cancel: cancel})
+	return ctx
+}
+
+// slot returns the cache entry for key, or nil when the cache is full.
+func (c *Clock) slot(key slotKey) *atomic.Pointer[span] {
+	if p, ok := c.current.Load(key); ok {
 		return p.(*atomic.Pointer[span])
 	}
 	if c.timeouts.Add(1) > maxTimeouts {
 		c.timeouts.Add(-1)
 		return nil
 	}
-	p, loaded := c.current.LoadOrStore(timeout, new(atomic.Pointer[span]))
+	p, loaded := c.current.LoadOrStore(key, new(atomic.Pointer[span]))
 	if loaded {
 		c.timeouts.Add(-1)
 	}

@@ -161,3 +161,51 @@ func TestManyTimeouts(t *testing.T) {
 		}
 	})
 }
+
+func TestWithinSharesForARepeatedCaller(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var c Clock
+		const timeout = 160 * time.Millisecond
+		worker, stop := context.WithCancel(context.WithValue(context.Background(), key{}, "w"))
+		first, cancelFirst := c.Within(worker, timeout)
+		defer cancelFirst()
+		second, _ := c.Within(worker, timeout)
+		third, _ := c.Within(worker, timeout)
+		if first == second {
+			t.Fatal("the first call from a caller shared a context")
+		}
+		if second != third {
+			t.Fatal("calls from the same caller at the same moment did not share")
+		}
+		if d, _ := second.Deadline(); time.Until(d) > timeout || time.Until(d) <= timeout-timeout/16 {
+			t.Fatalf("shared deadline %v away, want in (%v, %v]", time.Until(d), timeout-timeout/16, timeout)
+		}
+		if second.Value(key{}) != "w" {
+			t.Fatal("the caller's value was lost")
+		}
+
+		// Callers taking turns never share (each gets a context of its own,
+		// released by its cancel function).
+		other, stopOther := context.WithCancel(context.Background())
+		defer stopOther()
+		for range 3 {
+			a, cancelA := c.Within(other, timeout)
+			b, cancelB := c.Within(worker, timeout)
+			if a == b || b == second {
+				t.Fatal("callers taking turns shared a context")
+			}
+			cancelA()
+			cancelB()
+		}
+
+		// The caller's cancellation ends the shared context.
+		again, _ := c.Within(worker, timeout)
+		if again.Err() != nil {
+			t.Fatal("shared context ended early")
+		}
+		stop()
+		if !errors.Is(again.Err(), context.Canceled) {
+			t.Fatalf("Err after the caller's cancel = %v, want Canceled", again.Err())
+		}
+	})
+}

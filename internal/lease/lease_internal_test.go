@@ -149,14 +149,14 @@ type uncomparable struct {
 
 func TestClockPerDriver(t *testing.T) {
 	a, b := memory.New(nil), memory.New(nil)
-	if clockFor(a) != clockFor(a) {
+	if first, again := clockFor(a), clockFor(a); first != again {
 		t.Fatal("two calls on one driver got different clocks")
 	}
 	if clockFor(a) == clockFor(b) {
 		t.Fatal("two drivers share a clock")
 	}
 	u := uncomparable{Driver: a}
-	if clockFor(u) == nil || clockFor(u) == clockFor(u) {
+	if first, again := clockFor(u), clockFor(u); first == nil || first == again {
 		t.Fatal("a driver that cannot be a map key must get a clock of its own per call")
 	}
 	for range 2 * maxClocks {

@@ -693,8 +693,8 @@ func (d *Driver) Release(ctx context.Context, key, token string) error {
 // ended. If not, the request withdraws its key itself when it lands.
 //
 // Waiting saves a command per straggling node: without it the release and
-// the straggler's withdrawal both went out (measured: 1.5 extra commands
-// per uncontended cycle on 5 loopback masters, on one CPU).
+// the straggler's withdrawal both went out (measured: about 1.5 extra
+// scripts per uncontended cycle across 5 loopback masters, on one CPU).
 func (d *Driver) awaitLanding(ctx context.Context, h *hold, i int) bool {
 	for {
 		d.mu.Lock()

@@ -221,6 +221,16 @@ func checks(s *Summary) []Check {
 			Goal:     fmt.Sprintf("within %.2fx (best peer %s)", c.goal, c.peer),
 			Measured: m, Met: d.VsFloor.Median <= c.goal,
 		})
+		if nf != nil {
+			// The floor and the peers take no fencing token: the same
+			// check for dsync doing what they do.
+			out = append(out, Check{
+				What:     fmt.Sprintf("the same without fencing (neither the floor nor the peers fence), %s", where),
+				Goal:     fmt.Sprintf("within %.2fx", c.goal),
+				Measured: fmt.Sprintf("dsync (no fencing) %s", fmtSpread(nf.VsFloor, "x")),
+				Met:      nf.VsFloor.Median <= c.goal,
+			})
+		}
 	}
 	if d := find(s.Contention, conTarget, groupEtcd, "dsync"); d != nil {
 		out = append(out, Check{

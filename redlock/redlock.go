@@ -680,8 +680,13 @@ func (d *Driver) Release(ctx context.Context, key, token string) error {
 	d.mu.Unlock()
 	nt, _ := d.timeoutFor(d.maxTTL)
 	return d.quorumResult("release", d.fanOutCounted(ctx, nt, true, func(ctx context.Context, n *node) error {
-		if h != nil && !d.awaitLanding(ctx, h, n.index) {
-			return fmt.Errorf("the acquisition's request was still in flight: %w", cmp.Or(ctx.Err(), context.DeadlineExceeded))
+		if h != nil {
+			if !d.awaitLanding(ctx, h, n.index) {
+				return fmt.Errorf("the acquisition's request was still in flight: %w", cmp.Or(ctx.Err(), context.DeadlineExceeded))
+			}
+			// The release gets a per-node timeout of its own after the
+			// wait (at least 7/8 of it).
+			ctx = d.clock.Detached(ctx, nt)
 		}
 		return t.release(ctx, n, token)
 	}))

@@ -59,13 +59,12 @@ type slotKey struct {
 // all end when it does.
 func NewClock(parent context.Context) *Clock { return &Clock{parent: parent} }
 
-// span is the context shared by the calls of one timeout whose deadline
-// rounds down to base + k*(timeout/16), derived from caller (nil: from
-// the clock's parent). A span with a caller and no ctx records the first
-// call seen from that caller.
+// span is the context derived from parent shared by the calls of one
+// timeout whose deadline rounds down to base + k*(timeout/16). A span with
+// no ctx records the first call seen from a caller's context.
 type span struct {
 	k      int64
-	caller context.Context
+	parent context.Context
 	ctx    context.Context
 	cancel context.CancelFunc // never called: the timer at the deadline releases the context
 }
@@ -123,33 +122,12 @@ func (c *Clock) start() {
 	})
 }
 
-// quantum returns the step of timeout's deadlines and the step that ends
-// within timeout and not before timeout - quantum from now.
-func (c *Clock) quantum(timeout time.Duration) (time.Duration, int64) {
-	q := max(timeout/16, 1)
-	return q, int64((time.Since(c.base) + timeout) / q)
-}
-
 // shared returns the context, derived from the clock's parent, that ends
 // within timeout and not before timeout - timeout/16 from now.
 func (c *Clock) shared(timeout time.Duration) context.Context {
-	if timeout <= 0 {
-		timeout = 0
-	}
+	timeout = max(timeout, 0)
 	c.start()
-	q, k := c.quantum(timeout)
-	cur := c.slot(slotKey{timeout: timeout})
-	if cur != nil {
-		if s := cur.Load(); s != nil && s.k == k {
-			return s.ctx
-		}
-	}
-	ctx, cancel := context.WithDeadline(c.parent, c.base.Add(time.Duration(k)*q))
-	s := &span{k: k, ctx: ctx, cancel: cancel}
-	if cur != nil {
-		cur.Store(s)
-	}
-	return ctx
+	return c.share(c.slot(slotKey{timeout: timeout}), c.parent, timeout)
 }
 
 // sharedOf returns the context derived from caller that ends within timeout
@@ -166,18 +144,30 @@ func (c *Clock) sharedOf(caller context.Context, timeout time.Duration) context.
 	if cur == nil {
 		return nil
 	}
-	c.start()
-	q, k := c.quantum(timeout)
-	s := cur.Load()
-	switch {
-	case s == nil || s.caller != caller:
-		cur.Store(&span{caller: caller})
+	if s := cur.Load(); s == nil || s.parent != caller {
+		cur.Store(&span{parent: caller})
 		return nil
-	case s.ctx != nil && s.k == k:
-		return s.ctx
 	}
-	ctx, cancel := context.WithDeadline(caller, c.base.Add(time.Duration(k)*q))
-	cur.Store(&span{k: k, caller: caller, ctx: ctx, cancel: cancel})
+	c.start()
+	return c.share(cur, caller, timeout)
+}
+
+// share returns the context derived from parent that ends at the step of
+// timeout due now, from the cache entry cur when it holds that one, else
+// a new one, which it caches (cur may be nil: a full cache).
+func (c *Clock) share(cur *atomic.Pointer[span], parent context.Context, timeout time.Duration) context.Context {
+	q := max(timeout/16, 1)
+	k := int64((time.Since(c.base) + timeout) / q)
+	if cur != nil {
+		if s := cur.Load(); s != nil && s.ctx != nil && s.k == k && s.parent == parent {
+			return s.ctx
+		}
+	}
+	ctx, cancel := context.WithDeadline(parent, c.base.Add(time.Duration(k)*q))
+	s := &span{k: k, parent: parent, ctx: ctx, cancel: cancel}
+	if cur != nil {
+		cur.Store(s)
+	}
 	return ctx
 }
 

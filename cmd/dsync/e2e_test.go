@@ -105,10 +105,17 @@ func TestEndToEnd(t *testing.T) {
 	t.Run("paused-past-ttl", func(t *testing.T) {
 		// dsync itself is stopped past its TTL: when it resumes, it must
 		// see the lease lost and terminate the command.
-		marker := filepath.Join(t.TempDir(), "terminated")
+		dir := t.TempDir()
+		marker, started := filepath.Join(dir, "terminated"), filepath.Join(dir, "started")
 		cmd := startBinary(t, bin, srv.URL(), "lock", "e2e-paused", "--ttl", "1s", "--grace", "2s", "--",
-			"sh", "-c", fmt.Sprintf("trap 'touch %q; exit 0' TERM; while :; do sleep 0.05; done", marker))
+			"sh", "-c", fmt.Sprintf("trap 'touch %q; exit 0' TERM; touch %q; while :; do sleep 0.05; done", marker, started))
+		// Stop dsync only once its command runs with the trap set: the key
+		// alone shows up before dsync has read the reply, and dsync stopped
+		// there retries after the resume instead of losing a lease (or,
+		// stopped before it starts the command, sends SIGTERM before the
+		// trap is set).
 		waitHeld(t, client, "dsync:{e2e-paused}")
+		waitFile(t, started)
 		if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 			t.Fatal(err)
 		}
@@ -188,6 +195,21 @@ func waitExit(t *testing.T, cmd *exec.Cmd) int {
 		<-done
 		t.Fatalf("dsync did not exit within 30s; stderr %q", cmd.Stderr)
 		return -1
+	}
+}
+
+// waitFile waits up to 30s until path exists.
+func waitFile(t *testing.T, path string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, err := os.Stat(path); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not appear within 30s", path)
+		}
+		time.Sleep(10 * time.Millisecond) // a file another process makes: no event to wait on
 	}
 }
 

@@ -51,23 +51,30 @@
 //
 // The acquire script increments a per-key counter on every node that grants
 // the hold; a missing counter (new key, or lost with the node's data) starts
-// at the server's clock in microseconds. The counter is the largest one
-// among the granting nodes, and a second round writes it back to every
-// reachable node: the lease is returned only once a majority acknowledged.
-// The token is that counter times MaxLimit plus the slot (0 for a lock;
-// see Semaphores).
+// at the server's clock in microseconds, rounded down to a multiple of
+// MaxTTL/8. The counter is the largest one among the granting nodes. When
+// fewer than a majority of them drew that very counter, a second round
+// writes it back to every reachable node, and the lease is returned only
+// once a majority acknowledged. The token is that counter times MaxLimit
+// plus the slot (0 for a lock; see Semaphores).
 // Any later acquisition's quorum therefore includes a node whose counter is
 // at least that token, and draws a larger one.
 //
+// The second round is the exception: nodes that saw the same holds keep
+// equal counters, and nodes that start a new key's counter in the same
+// round start it equal, thanks to the rounding, unless the round straddles
+// a multiple of MaxTTL/8 or their clocks differ by more than that.
+//
 // What this guarantees: the token of a lease is greater than the token of
-// every lease of the same key that was granted (both rounds done) before
-// this lease's acquisition attempt started, as long as a majority of the
-// nodes keep acknowledged writes, or lose them only in restarts after which
-// their clocks read later than the time the lost tokens were drawn. A
-// client paused past its TTL therefore holds a token lower than its
-// successor's, and a resource that rejects stale tokens rejects its writes.
-// The second round costs one more parallel round trip; locker.Options
-// NoFencing skips it (one round, token 0).
+// every lease of the same key that was granted (and written back, when it
+// had to be) before this lease's acquisition attempt started, as long as a
+// majority of the nodes keep acknowledged writes, or lose them only in
+// restarts after which their clocks, less MaxTTL/8, read later than the
+// time the lost tokens were drawn (the restart quarantine gives them MaxTTL
+// for that). A client paused past its TTL therefore holds a token lower
+// than its successor's, and a resource that rejects stale tokens rejects
+// its writes. The write-back, when needed, costs one more parallel round
+// trip; locker.Options NoFencing skips fencing altogether (token 0).
 //
 // # Semaphores
 //
@@ -101,8 +108,8 @@
 // round.
 //
 // Fencing tokens grow over all the permits of a semaphore, and over the
-// lock of its key: every slot draws from, and writes back to, the key's one
-// counter per node, by the same two rounds as a lock. Permits won at the
+// lock of its key: every slot draws from, and when needed writes back to,
+// the key's one counter per node, by the same rule as a lock. Permits won at the
 // same time on different slots may draw the same counter (each is the
 // largest among its own majority); the slot number in the token's low bits
 // keeps their tokens distinct, and a permit granted after another one was

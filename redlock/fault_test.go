@@ -1475,6 +1475,115 @@ func TestOneCommandPerNodeAndStep(t *testing.T) {
 	}
 }
 
+// TestFenceWriteBack: the fencing token is written back only when fewer
+// than a quorum of the voters drew it. Nodes that seed a new key's counter
+// in the same round start it equal, and so do nodes that saw the same
+// holds; one node whose counter is ahead of the voters' makes the round
+// write it back, and a later quorum without that node still draws a
+// larger token.
+func TestFenceWriteBack(t *testing.T) {
+	t.Parallel()
+	servers := redistest.StartN(t, 5, nil)
+	clients := nodeClients(t, servers)
+	ctx := context.Background()
+	var proxies []*faultproxy.Proxy
+	for _, s := range servers {
+		proxies = append(proxies, faultproxy.Start(t, s.Addr()))
+	}
+	paddrs := make([]string, len(proxies))
+	for i, p := range proxies {
+		paddrs[i] = p.Addr()
+	}
+	// A day's max_ttl seeds counters in steps of three hours: a round that
+	// straddles a step (and writes back) is too rare to flake. Without
+	// quarantine, the fresh servers vote at once.
+	b, _ := openBackend(t, addrURL(paddrs, "max_ttl=24h&quarantine=false&node_timeout=900ms"))
+	lockerOf := func(key string) *locker.Locker {
+		return newLocker(t, b, key, &locker.Options{TTL: 10 * time.Second})
+	}
+	cycle := func(l *locker.Locker) uint64 {
+		t.Helper()
+		lease, err := l.TryAcquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tok := lease.Token()
+		if err := lease.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return tok
+	}
+	for range 10 { // connections made and scripts cached
+		cycle(lockerOf("warm-up"))
+	}
+	for _, c := range clients {
+		if err := c.ConfigResetStat(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const cycles = 100
+	same := lockerOf("same")
+	var last uint64
+	for i := range cycles {
+		cycle(lockerOf(fmt.Sprintf("new-%d", i)))
+		if tok := cycle(same); tok <= last {
+			t.Fatalf("token %d after %d", tok, last)
+		} else {
+			last = tok
+		}
+	}
+	for i, c := range clients {
+		stats, err := c.Info(ctx, "commandstats").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if scripts := calls(stats, "evalsha"); scripts != 4*cycles {
+			t.Errorf("node %d: %d EVALSHA for %d fenced cycles on new keys and %d on one key, want an acquire and a release each (no write-back)", i, scripts, cycles, cycles)
+		}
+	}
+
+	// Node 4's counter ahead of the others', and nodes 0 and 1 cut off:
+	// the quorum is 2, 3 and 4, and the token is node 4's.
+	const ahead = 1 << 52 // above a clock's seed, below 2^53 (Lua's numbers are doubles)
+	if err := clients[4].Set(ctx, "dsync:{diverged}:fence", ahead, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	heal := func() {
+		t.Helper()
+		for _, p := range proxies {
+			if err := p.Heal(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	cutOff := func(nodes ...int) {
+		t.Helper()
+		heal()
+		for _, i := range nodes {
+			if err := proxies[i].Refuse(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	diverged := lockerOf("diverged")
+	cutOff(0, 1)
+	first := cycle(diverged)
+	if want := uint64(ahead+1) * redlock.MaxLimit; first != want {
+		t.Fatalf("token %d with node 4's counter at %d, want %d", first, ahead, want)
+	}
+	for _, i := range []int{2, 3} {
+		if n, err := clients[i].Get(ctx, "dsync:{diverged}:fence").Uint64(); err != nil || n != ahead+1 {
+			t.Errorf("node %d's counter after the round: %d, %v; want %d written back", i, n, err, ahead+1)
+		}
+	}
+	// A quorum of 0, 1 and 2 meets the token on node 2 only.
+	cutOff(3, 4)
+	if second := cycle(diverged); second <= first {
+		t.Errorf("token %d of a quorum without node 4, after %d", second, first)
+	}
+	heal()
+}
+
 // calls reads a command's count from INFO commandstats.
 func calls(stats, cmd string) int {
 	_, rest, ok := strings.Cut(stats, "cmdstat_"+cmd+":calls=")

@@ -348,8 +348,8 @@ func (d *Driver) acquireLock(ctx context.Context, req backends.Request, nt time.
 	ok := len(r.granted) >= d.quorum
 	var fence uint64
 	if ok && req.Fence {
-		fence = r.fence()
-		if err := d.raiseFence(ctx, req.Key, fence, nt); err != nil {
+		var err error
+		if fence, err = d.fence(ctx, r, req.Key, nt); err != nil {
 			d.decide(r, false)
 			d.withdrawAll(t, req.Token, nt)
 			return backends.Grant{}, fmt.Errorf("%w: %w: %w", backends.ErrNotAcquired, ErrNoQuorum, err)
@@ -419,13 +419,32 @@ func (d *Driver) round(ctx context.Context, t target, req backends.Request, nt t
 	return r
 }
 
-// fence is the largest fencing token among the granting nodes.
-func (r *round) fence() uint64 {
+// seedSteps: a node seeds a missing fence counter from its clock rounded
+// down to MaxTTL/seedSteps (see AcquireSeeded), so that nodes seeding a
+// new key in the same round nearly always start it equal, and the round
+// needs no write-back; the guarantee then asks the nodes' clocks to agree
+// to within 7/8 of MaxTTL rather than all of it.
+const seedSteps = 8
+
+// fence returns the fencing counter of a won round: the largest among its
+// voters. Unless a quorum of them drew that very counter, it is written
+// back first, so that every later quorum meets a node holding it; when
+// they did, those nodes hold it already.
+func (d *Driver) fence(ctx context.Context, r *round, key string, nt time.Duration) (uint64, error) {
 	var fence uint64
+	drew := 0 // voters whose counter is fence
 	for _, v := range r.granted {
-		fence = max(fence, v.grant.Fence)
+		switch {
+		case v.grant.Fence > fence:
+			fence, drew = v.grant.Fence, 1
+		case v.grant.Fence == fence:
+			drew++
+		}
 	}
-	return fence
+	if drew >= d.quorum {
+		return fence, nil
+	}
+	return fence, d.raiseFence(ctx, key, fence, nt)
 }
 
 // result is the grant of a won round on slot (0 for a lock). Its fencing

@@ -62,9 +62,9 @@ func parseKey(key string) (target, error) {
 
 func (t target) acquire(ctx context.Context, n *node, req backends.Request) (backends.Grant, error) {
 	if t.slot < 0 {
-		return n.drv.AcquireSeeded(ctx, req)
+		return n.drv.AcquireSeeded(ctx, req, n.maxTTL/seedSteps)
 	}
-	return n.drv.AcquireSlot(ctx, req, t.slot)
+	return n.drv.AcquireSlot(ctx, req, t.slot, n.maxTTL/seedSteps)
 }
 
 func (t target) withdraw(ctx context.Context, n *node, token string) error {
@@ -145,8 +145,8 @@ func (d *Driver) acquireSlot(ctx context.Context, t target, req backends.Request
 	ok := len(r.granted) >= d.quorum
 	var fence uint64
 	if ok && req.Fence {
-		fence = r.fence()
-		if err := d.raiseFence(ctx, req.Key, fence, nt); err != nil {
+		var err error
+		if fence, err = d.fence(ctx, r, req.Key, nt); err != nil {
 			d.decide(r, false)
 			d.withdrawAll(t, req.Token, nt)
 			return backends.Grant{}, final, fmt.Errorf("%w: %w: %w", backends.ErrNotAcquired, ErrNoQuorum, err)

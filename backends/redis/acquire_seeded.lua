@@ -6,11 +6,14 @@
 -- ARGV[1]  the hold's value         token, or token .. "\n" .. value
 -- ARGV[2]  time to live, in ms
 -- ARGV[3]  "1" to draw a fencing token, "0" not to
+-- ARGV[4]  the seed step, in microseconds (at least 1)
 --
 -- A missing counter (never used, or lost in a restart without persistence)
--- starts at the server's clock in microseconds, which is above every token
--- issued before as long as the nodes' clocks agree to within the restart
--- quarantine and counters grow slower than a million a second.
+-- starts at the server's clock in microseconds rounded down to a multiple
+-- of the seed step. That is above every token issued before as long as the
+-- nodes' clocks agree to within the restart quarantine less the step, and
+-- counters grow slower than a million a second. The rounding lets nodes
+-- that seed a new key at nearly the same time start it equal.
 --
 -- Returns 0 when the key is held already; otherwise the new counter, or 1
 -- when none was asked for.
@@ -21,7 +24,9 @@ if ARGV[3] ~= "1" then
 	return 1
 end
 if redis.call("EXISTS", KEYS[2]) == 0 then
+	-- Exact in a double: microseconds since 1970 stay below 2^53.
 	local t = redis.call("TIME")
-	redis.call("SET", KEYS[2], t[1] .. string.format("%06d", tonumber(t[2])))
+	local us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+	redis.call("SET", KEYS[2], string.format("%.0f", us - us % tonumber(ARGV[4])))
 end
 return redis.call("INCR", KEYS[2])

@@ -4,6 +4,7 @@ import (
 	"context"
 	_ "embed"
 	"strconv"
+	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
@@ -24,11 +25,20 @@ var (
 )
 
 // AcquireSeeded is Acquire whose fence counter, when missing, starts at the
-// server's clock in microseconds rather than at zero, so that a node that
-// lost its data cannot hand out tokens below those it issued before. The
-// counter is per node; Redlock combines them (see RaiseFence).
-func (d *Driver) AcquireSeeded(ctx context.Context, req backends.Request) (backends.Grant, error) {
-	return d.acquire(ctx, req, acquireSeededScript)
+// server's clock in microseconds, rounded down to a multiple of seedStep,
+// rather than at zero, so that a node that lost its data cannot hand out
+// tokens below those it issued before. The counter is per node; Redlock
+// combines them (see RaiseFence). Rounding lets nodes that seed a key's
+// counter at nearly the same time draw equal counters, which then need no
+// write-back; a seedStep below a microsecond counts as one.
+func (d *Driver) AcquireSeeded(ctx context.Context, req backends.Request, seedStep time.Duration) (backends.Grant, error) {
+	return d.acquire(ctx, req, acquireSeededScript, seedStep)
+}
+
+// seedStepArg is a seed step as the scripts take it: whole microseconds,
+// at least one.
+func seedStepArg(step time.Duration) int64 {
+	return max(step.Microseconds(), 1)
 }
 
 // RaiseFence raises key's fence counter to at least token: the write-back

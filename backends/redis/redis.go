@@ -176,13 +176,13 @@ func checkToken(token string) error {
 //
 // Grant.TTL is req.TTL truncated to whole milliseconds.
 func (d *Driver) Acquire(ctx context.Context, req backends.Request) (backends.Grant, error) {
-	return d.acquire(ctx, req, acquireScript)
+	return d.acquire(ctx, req, acquireScript, 0)
 }
 
-// acquire takes a lock with script (acquire.lua or a variant with its KEYS,
-// ARGV and replies), or a semaphore with sem_acquire.lua when script is
+// acquire takes a lock with script (acquire.lua, or acquire_seeded.lua
+// with seedStep), or a semaphore with sem_acquire.lua when script is
 // acquire.lua.
-func (d *Driver) acquire(ctx context.Context, req backends.Request, script *goredis.Script) (backends.Grant, error) {
+func (d *Driver) acquire(ctx context.Context, req backends.Request, script *goredis.Script, seedStep time.Duration) (backends.Grant, error) {
 	if d.closed.Load() {
 		return backends.Grant{}, backends.ErrClosed
 	}
@@ -223,7 +223,11 @@ func (d *Driver) acquire(ctx context.Context, req backends.Request, script *gore
 		}
 		return g, nil
 	}
-	n, err := script.Run(ctx, d.client, []string{hold, hold + ":fence"}, val, ttl.Milliseconds(), drawFence).Int64()
+	args := []any{val, ttl.Milliseconds(), drawFence}
+	if script == acquireSeededScript {
+		args = append(args, seedStepArg(seedStep))
+	}
+	n, err := script.Run(ctx, d.client, []string{hold, hold + ":fence"}, args...).Int64()
 	if err != nil {
 		return backends.Grant{}, d.wrap(err)
 	}

@@ -7,6 +7,7 @@
 -- ARGV[2]  time to live, in ms
 -- ARGV[3]  the semaphore's limit    N
 -- ARGV[4]  "1" to draw a fencing token, "0" not to
+-- ARGV[5]  the seed step, in microseconds (at least 1)
 --
 -- While any slot of K is held, P{K} (the key of K's lock) holds the
 -- marker "\n" .. N and lives at least as long as every slot: it records
@@ -39,6 +40,7 @@ if ARGV[4] ~= "1" then
 end
 if redis.call("EXISTS", KEYS[3]) == 0 then
 	local t = redis.call("TIME")
-	redis.call("SET", KEYS[3], t[1] .. string.format("%06d", tonumber(t[2])))
+	local us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+	redis.call("SET", KEYS[3], string.format("%.0f", us - us % tonumber(ARGV[5])))
 end
 return redis.call("INCR", KEYS[3])

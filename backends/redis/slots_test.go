@@ -3,6 +3,7 @@ package redis_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -38,7 +39,7 @@ func slotReq(key, token string, limit int) backends.Request {
 
 func mustSlot(t *testing.T, ctx context.Context, d *redis.Driver, r backends.Request, slot int) backends.Grant {
 	t.Helper()
-	g, err := d.AcquireSlot(ctx, r, slot)
+	g, err := d.AcquireSlot(ctx, r, slot, 0)
 	if err != nil {
 		t.Fatalf("AcquireSlot(%q, slot %d, token %q): %v", r.Key, slot, r.Token, err)
 	}
@@ -85,7 +86,7 @@ func TestSlotLayoutAndLifetime(t *testing.T) {
 	}
 
 	// A taken slot refuses; another token's refresh and release are no-ops.
-	if _, err := d.AcquireSlot(ctx, slotReq("sem", "c", 3), 0); !errors.Is(err, backends.ErrNotAcquired) {
+	if _, err := d.AcquireSlot(ctx, slotReq("sem", "c", 3), 0, 0); !errors.Is(err, backends.ErrNotAcquired) {
 		t.Errorf("AcquireSlot of a taken slot: %v, want ErrNotAcquired", err)
 	}
 	if err := d.RefreshSlot(ctx, "sem", 0, "c", time.Minute); !errors.Is(err, backends.ErrNotHeld) {
@@ -187,7 +188,7 @@ func TestSlotLimitMismatch(t *testing.T) {
 	d, _, ctx := slotDriver(t)
 	mustSlot(t, ctx, d, slotReq("sem", "a", 3), 1)
 	var le *redis.LimitError
-	_, err := d.AcquireSlot(ctx, slotReq("sem", "b", 2), 0)
+	_, err := d.AcquireSlot(ctx, slotReq("sem", "b", 2), 0, 0)
 	if !errors.As(err, &le) || le.Limit != 2 || le.Holders != 3 {
 		t.Fatalf("AcquireSlot with limit 2 while 3 holds: %v, want a LimitError 2 vs 3", err)
 	}
@@ -196,7 +197,7 @@ func TestSlotLimitMismatch(t *testing.T) {
 	}
 	// The lock of the key is refused beside the slots (its SET NX meets
 	// the marker) and says why when withdrawn.
-	if _, err := d.AcquireSeeded(ctx, backends.Request{Key: "sem", Token: "l", TTL: time.Minute, Fence: true}); !errors.Is(err, backends.ErrNotAcquired) {
+	if _, err := d.AcquireSeeded(ctx, backends.Request{Key: "sem", Token: "l", TTL: time.Minute, Fence: true}, 0); !errors.Is(err, backends.ErrNotAcquired) {
 		t.Errorf("lock beside a semaphore's slots: %v, want ErrNotAcquired", err)
 	}
 	if err := d.WithdrawLock(ctx, "sem", "l"); !errors.As(err, &le) || le.Limit != 1 || le.Holders != 3 {
@@ -204,10 +205,10 @@ func TestSlotLimitMismatch(t *testing.T) {
 	}
 
 	// A held lock refuses slots.
-	if _, err := d.AcquireSeeded(ctx, backends.Request{Key: "lock", Token: "l", TTL: time.Minute, Fence: true}); err != nil {
+	if _, err := d.AcquireSeeded(ctx, backends.Request{Key: "lock", Token: "l", TTL: time.Minute, Fence: true}, 0); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := d.AcquireSlot(ctx, slotReq("lock", "b", 2), 0); !errors.As(err, &le) || le.Holders != 1 {
+	if _, err := d.AcquireSlot(ctx, slotReq("lock", "b", 2), 0, 0); !errors.As(err, &le) || le.Holders != 1 {
 		t.Errorf("AcquireSlot while the lock is held: %v, want a LimitError naming 1", err)
 	}
 	if err := d.WithdrawLock(ctx, "lock", "other"); !errors.Is(err, backends.ErrNotHeld) {
@@ -237,7 +238,7 @@ func TestSlotInvalid(t *testing.T) {
 		{"empty token", slotReq("k", "", 2), 0},
 		{"token with a newline", slotReq("k", "a\nb", 2), 0},
 	} {
-		if _, err := d.AcquireSlot(ctx, tc.req, tc.slot); !errors.Is(err, backends.ErrInvalid) {
+		if _, err := d.AcquireSlot(ctx, tc.req, tc.slot, 0); !errors.Is(err, backends.ErrInvalid) {
 			t.Errorf("%s: %v, want ErrInvalid", tc.name, err)
 		}
 	}
@@ -245,7 +246,50 @@ func TestSlotInvalid(t *testing.T) {
 		t.Errorf("RefreshSlot of slot MaxSlots: %v, want ErrInvalid", err)
 	}
 	_ = d.Close()
-	if _, err := d.AcquireSlot(ctx, slotReq("k", "t", 2), 0); !errors.Is(err, backends.ErrClosed) {
+	if _, err := d.AcquireSlot(ctx, slotReq("k", "t", 2), 0, 0); !errors.Is(err, backends.ErrClosed) {
 		t.Errorf("AcquireSlot after Close: %v, want ErrClosed", err)
+	}
+}
+
+// TestSeededCounters: a missing fence counter of a Redlock node starts at
+// the server's clock in microseconds, rounded down to the seed step, for a
+// lock and for a semaphore's slot; an existing one only counts up.
+func TestSeededCounters(t *testing.T) {
+	d, c, ctx := slotDriver(t)
+	serverMicros := func() int64 {
+		t.Helper()
+		now, err := c.Time(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return now.UnixMicro()
+	}
+	for _, step := range []time.Duration{0, time.Millisecond, 7500 * time.Millisecond} {
+		stepUS := max(step.Microseconds(), 1)
+		acquire := map[string]func(key string) (backends.Grant, error){
+			"lock": func(key string) (backends.Grant, error) {
+				return d.AcquireSeeded(ctx, backends.Request{Key: key, Token: "t", TTL: time.Minute, Fence: true}, step)
+			},
+			"slot": func(key string) (backends.Grant, error) { return d.AcquireSlot(ctx, slotReq(key, "t", 2), 1, step) },
+		}
+		for kind, acquire := range acquire {
+			key := fmt.Sprintf("%s-%v", kind, step)
+			before := serverMicros()
+			g, err := acquire(key)
+			if err != nil {
+				t.Fatalf("%s, step %v: %v", kind, step, err)
+			}
+			after := serverMicros()
+			seed := int64(g.Fence) - 1
+			if seed%stepUS != 0 || seed > after || seed <= before-stepUS {
+				t.Errorf("%s, step %v: counter seeded at %d, want a multiple of %d µs in (%d, %d]", kind, step, seed, stepUS, before-stepUS, after)
+			}
+			if err := c.Del(ctx, "dsync:{"+key+"}", "dsync:{"+key+"}:slot:1").Err(); err != nil {
+				t.Fatal(err)
+			}
+			if g2, err := acquire(key); err != nil || g2.Fence != g.Fence+1 {
+				t.Errorf("%s, step %v, again: fence %d, %v; want %d", kind, step, g2.Fence, err, g.Fence+1)
+			}
+		}
 	}
 }

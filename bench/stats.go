@@ -37,6 +37,10 @@ type CycleSummary struct {
 	P99Us      Spread     `json:"p99_us"`
 	VsFloor    Spread     `json:"vs_floor"`     // cost per cycle / the floor's, in the same round
 	VsBestPeer Spread     `json:"vs_best_peer"` // cost per cycle / the cheapest peer's of the group, in the same round
+	// VsFencedFloor is the cost per cycle over the fenced floor's (a floor
+	// that draws a fencing token as cheaply as a server can), in the same
+	// round; empty in a group without one.
+	VsFencedFloor Spread `json:"vs_fenced_floor"`
 	// P50VsFloor is the median cycle's latency over the floor's, in the
 	// same round: blind to the cycles a busy machine stretched.
 	P50VsFloor Spread `json:"p50_vs_floor"`
@@ -48,7 +52,7 @@ type CycleSummary struct {
 func summariseCycles(run *RunResult, pick func(*Round) map[string]CycleSample) []CycleSummary {
 	var out []CycleSummary
 	for _, t := range run.Targets {
-		var rate, mean, p50, p99, vsFloor, vsPeer, p50Floor []float64
+		var rate, mean, p50, p99, vsFloor, vsFenced, vsPeer, p50Floor []float64
 		errs := 0
 		for i := range run.Rounds {
 			m := pick(&run.Rounds[i])
@@ -61,7 +65,7 @@ func summariseCycles(run *RunResult, pick func(*Round) map[string]CycleSample) [
 			p50 = append(p50, s.P50Us)
 			p99 = append(p99, s.P99Us)
 			errs += s.Errors
-			floor, floorP50, peer := math.NaN(), math.NaN(), math.NaN()
+			floor, floorP50, fenced, peer := math.NaN(), math.NaN(), math.NaN(), math.NaN()
 			for _, o := range run.Targets {
 				os, ok := m[o.ID]
 				if !ok || o.Group != t.Group {
@@ -70,6 +74,8 @@ func summariseCycles(run *RunResult, pick func(*Round) map[string]CycleSample) [
 				switch o.Role {
 				case roleFloor:
 					floor, floorP50 = os.MeanUs, os.P50Us
+				case roleFencedFloor:
+					fenced = os.MeanUs
 				case rolePeer:
 					if math.IsNaN(peer) || os.MeanUs < peer {
 						peer = os.MeanUs
@@ -77,6 +83,7 @@ func summariseCycles(run *RunResult, pick func(*Round) map[string]CycleSample) [
 				}
 			}
 			vsFloor = append(vsFloor, s.MeanUs/floor)
+			vsFenced = append(vsFenced, s.MeanUs/fenced)
 			vsPeer = append(vsPeer, s.MeanUs/peer)
 			p50Floor = append(p50Floor, s.P50Us/floorP50)
 		}
@@ -85,7 +92,7 @@ func summariseCycles(run *RunResult, pick func(*Round) map[string]CycleSample) [
 		}
 		out = append(out, CycleSummary{
 			Target: t, PerSecond: spread(rate), MeanUs: spread(mean), P50Us: spread(p50), P99Us: spread(p99),
-			VsFloor: spread(vsFloor), VsBestPeer: spread(vsPeer), P50VsFloor: spread(p50Floor), Errors: errs,
+			VsFloor: spread(vsFloor), VsFencedFloor: spread(vsFenced), VsBestPeer: spread(vsPeer), P50VsFloor: spread(p50Floor), Errors: errs,
 		})
 	}
 	return out

@@ -32,9 +32,10 @@ const (
 
 // Roles of a target.
 const (
-	roleDsync = "dsync"
-	rolePeer  = "peer"
-	roleFloor = "floor"
+	roleDsync       = "dsync"
+	rolePeer        = "peer"
+	roleFloor       = "floor"
+	roleFencedFloor = "fenced floor"
 )
 
 // variantTry and variantTryNoFence are dsync's one-attempt variants
@@ -179,13 +180,27 @@ else
 	return 0
 end`)
 
+// rawFencedAcquire is SET NX PX and, when it succeeds, INCR of the key's
+// counter, in one script: the least a lock with a fencing token asks of a
+// server.
+var rawFencedAcquire = goredis.NewScript(`if not redis.call("SET", KEYS[1], ARGV[1], "NX", "PX", ARGV[2]) then
+	return 0
+end
+return redis.call("INCR", KEYS[2])`)
+
 // rawWorker is the floor: the least a correct lock must do with go-redis,
 // SET key token NX PX ttl on every client in parallel (one goroutine per
 // client beyond the first, waiting for every reply, as the Redlock
 // specification's multiplexing does), then the compare-and-delete script
 // likewise. It makes one attempt: the floor has no retry policy.
+//
+// The fenced floor acquires with rawFencedAcquire instead, and its token is
+// the largest counter of the replies. On fresh keys every node's counter
+// starts at 0 and they agree, so it never needs the write-back a Redlock
+// client makes when they do not (nor does dsync there).
 type rawWorker struct {
 	clients []*goredis.Client
+	fenced  bool
 	errs    []error
 }
 
@@ -210,13 +225,26 @@ func (w *rawWorker) each(f func(c *goredis.Client) error) int {
 
 func (w *rawWorker) lock(ctx context.Context, key string) (func(context.Context) error, error) {
 	tok := token()
-	granted := w.each(func(c *goredis.Client) error {
-		ok, err := c.SetNX(ctx, key, tok, lockTTL).Result()
-		if err == nil && !ok {
-			err = errors.New("SET NX refused")
+	var set func(c *goredis.Client) error
+	if w.fenced {
+		keys := []string{key, key + ":fence"}
+		set = func(c *goredis.Client) error {
+			n, err := rawFencedAcquire.Run(ctx, c, keys, tok, lockTTL.Milliseconds()).Int64()
+			if err == nil && n == 0 {
+				err = errors.New("SET NX refused")
+			}
+			return err
 		}
-		return err
-	})
+	} else {
+		set = func(c *goredis.Client) error {
+			ok, err := c.SetNX(ctx, key, tok, lockTTL).Result()
+			if err == nil && !ok {
+				err = errors.New("SET NX refused")
+			}
+			return err
+		}
+	}
+	granted := w.each(set)
 	unlock := func(ctx context.Context) error {
 		if w.each(func(c *goredis.Client) error { return rawRelease.Run(ctx, c, []string{key}, tok).Err() }) < len(w.clients)/2+1 {
 			return fmt.Errorf("raw compare-and-delete: %w", errors.Join(w.errs...))
@@ -232,15 +260,19 @@ func (w *rawWorker) lock(ctx context.Context, key string) (func(context.Context)
 
 func (w *rawWorker) close() {}
 
-func rawTarget(group string, clients []*goredis.Client) *target {
-	name := "raw SET NX PX + compare-and-delete"
+// rawTarget is the floor of a group, or with fenced its fenced floor.
+func rawTarget(group string, clients []*goredis.Client, fenced bool) *target {
+	name, role := "raw SET NX PX + compare-and-delete", roleFloor
 	if len(clients) > 1 {
 		name = "raw parallel fan-out"
 	}
+	if fenced {
+		name, role = name+", fenced (INCR in the SET script)", roleFencedFloor
+	}
 	return &target{
-		name: name, group: group, role: roleFloor,
+		name: name, group: group, role: role,
 		newWorker: func(context.Context) (worker, error) {
-			return &rawWorker{clients: clients, errs: make([]error, len(clients))}, nil
+			return &rawWorker{clients: clients, fenced: fenced, errs: make([]error, len(clients))}, nil
 		},
 	}
 }
@@ -402,7 +434,8 @@ func allTargets(s *servers, c *clients, b *backends) []*target {
 	con := func(t *target) *target { t.contended = true; return t }
 	both := func(t *target) *target { return cyc(con(t)) }
 	return []*target{
-		cyc(rawTarget(groupRedis, []*goredis.Client{c.single})),
+		cyc(rawTarget(groupRedis, []*goredis.Client{c.single}, false)),
+		cyc(rawTarget(groupRedis, []*goredis.Client{c.single}, true)),
 		both(dsyncTarget(groupRedis, "", b.redis, "", dflt)),
 		cyc(dsyncTarget(groupRedis, "no fencing", b.redis, "", nofence)),
 		cyc(dsyncTarget(groupRedis, variantTry, b.redis, "", dflt)),
@@ -413,7 +446,8 @@ func allTargets(s *servers, c *clients, b *backends) []*target {
 		both(redislockTarget(groupRedis, c.single, 100*time.Millisecond)),
 		con(redislockTarget(groupRedis, c.single, time.Millisecond)),
 
-		cyc(rawTarget(groupRedlock, c.masters)),
+		cyc(rawTarget(groupRedlock, c.masters, false)),
+		cyc(rawTarget(groupRedlock, c.masters, true)),
 		both(dsyncTarget(groupRedlock, "", b.redlock, "", dflt)),
 		cyc(dsyncTarget(groupRedlock, "no fencing", b.redlock, "", nofence)),
 		cyc(dsyncTarget(groupRedlock, variantTry, b.redlock, "", dflt)),

@@ -23,10 +23,14 @@ end
 if ARGV[3] ~= "1" then
 	return 1
 end
-if redis.call("EXISTS", KEYS[2]) == 0 then
+-- INCR makes a missing counter 1; a counter is never 0 otherwise (a seed
+-- is a clock reading), and raising it is always safe.
+local n = redis.call("INCR", KEYS[2])
+if n == 1 then
 	-- Exact in a double: microseconds since 1970 stay below 2^53.
 	local t = redis.call("TIME")
 	local us = tonumber(t[1]) * 1000000 + tonumber(t[2])
-	redis.call("SET", KEYS[2], string.format("%.0f", us - us % tonumber(ARGV[4])))
+	n = us - us % tonumber(ARGV[4]) + 1
+	redis.call("SET", KEYS[2], string.format("%.0f", n))
 end
-return redis.call("INCR", KEYS[2])
+return n

@@ -304,7 +304,8 @@ func refusedOutright(err error) bool {
 // For a lock (req.Limit at most 1) that is one round: SET NX PX with the
 // request's token on all nodes in parallel, decided at quorum (N/2+1 of
 // the configured N) or as soon as quorum is out of reach; then, if
-// req.Fence, the write-back round of the fencing token. A failed attempt is
+// req.Fence and fewer than a quorum of the voters drew the token, the
+// write-back round of the fencing token (see fence). A failed attempt is
 // withdrawn from every node. A lock refused by a quorum of nodes on which
 // a semaphore of the same key holds slots fails with the error of
 // backends.LimitMismatch.

@@ -226,7 +226,7 @@ func checks(s *Summary) []Check {
 			// the peers do not: the same check against a floor that
 			// draws one as cheaply as the server can.
 			out = append(out, Check{
-				What:     fmt.Sprintf("the same with fencing, vs a floor that fences too (INCR of a per-key counter in the SET script), %s", where),
+				What:     fmt.Sprintf("the same with fencing, vs a floor that fences too (INCR of one counter in the SET script), %s", where),
 				Goal:     fmt.Sprintf("within %.2fx", c.goal),
 				Measured: fmt.Sprintf("dsync %s", fmtSpread(d.VsFencedFloor, "x")),
 				Met:      d.VsFencedFloor.Median <= c.goal,
@@ -306,7 +306,7 @@ func markdown(s *Summary) string {
 	p("Every target runs in every round, one slice each (%v; %v for contention and the semaphore pool), in an order rotated every round, so that all see the same machine noise. "+
 		"%d rounds; ratios are taken within a round and shown as the median (min-max) over rounds. "+
 		"Lock TTL %v for every library; redsync with its shipped retry (32 tries, 50-250 ms apart), redislock with the retry of its documentation's example (every 100 ms; its shipped default is a single attempt), dsync with its defaults (jittered exponential 10-200 ms, woken by release notices), etcd's Mutex as shipped. "+
-		"The floors are go-redis `SET NX PX` plus a compare-and-delete script, on 1 instance, and fanned out in parallel to 5 (waiting for all 5 replies). The fenced floors draw a fencing token as cheaply as a server can: `SET NX PX` and `INCR` of a per-key counter in one script, the token being the largest counter of the replies (on fresh keys the 5 counters agree, so no write-back).\n\n",
+		"The floors are go-redis `SET NX PX` plus a compare-and-delete script, on 1 instance, and fanned out in parallel to 5 (waiting for all 5 replies). The fenced floors draw a fencing token as cheaply as a server can: `SET NX PX` and `INCR` of one counter for every key in one script, the token being the largest counter of the replies (one goroutine's cycles reach the 5 in the same order, so their counters agree and need no write-back).\n\n",
 		time.Duration(c.Slice), time.Duration(c.ContSlice), c.Rounds, time.Duration(c.LockTTL))
 
 	p("## Against the targets\n\n| target | goal | measured | met |\n|---|---|---|---|\n")

@@ -180,13 +180,16 @@ else
 	return 0
 end`)
 
-// rawFencedAcquire is SET NX PX and, when it succeeds, INCR of the key's
-// counter, in one script: the least a lock with a fencing token asks of a
-// server.
+// rawFencedAcquire is SET NX PX and, when it succeeds, INCR of a counter,
+// in one script: the least a lock with a fencing token asks of a server.
+// The fenced floor keeps one counter (rawFenceCounter) for every key, so
+// that a fresh key creates no counter.
 var rawFencedAcquire = goredis.NewScript(`if not redis.call("SET", KEYS[1], ARGV[1], "NX", "PX", ARGV[2]) then
 	return 0
 end
 return redis.call("INCR", KEYS[2])`)
+
+const rawFenceCounter = "raw:fence"
 
 // rawWorker is the floor: the least a correct lock must do with go-redis,
 // SET key token NX PX ttl on every client in parallel (one goroutine per
@@ -195,9 +198,10 @@ return redis.call("INCR", KEYS[2])`)
 // likewise. It makes one attempt: the floor has no retry policy.
 //
 // The fenced floor acquires with rawFencedAcquire instead, and its token is
-// the largest counter of the replies. On fresh keys every node's counter
-// starts at 0 and they agree, so it never needs the write-back a Redlock
-// client makes when they do not (nor does dsync there).
+// the largest counter of the replies. One goroutine's cycles reach every
+// node in the same order, so the nodes' counters agree, and it never makes
+// the write-back a Redlock client needs when they do not (nor does dsync
+// there).
 type rawWorker struct {
 	clients []*goredis.Client
 	fenced  bool
@@ -227,7 +231,7 @@ func (w *rawWorker) lock(ctx context.Context, key string) (func(context.Context)
 	tok := token()
 	var set func(c *goredis.Client) error
 	if w.fenced {
-		keys := []string{key, key + ":fence"}
+		keys := []string{key, rawFenceCounter}
 		set = func(c *goredis.Client) error {
 			n, err := rawFencedAcquire.Run(ctx, c, keys, tok, lockTTL.Milliseconds()).Int64()
 			if err == nil && n == 0 {
@@ -267,7 +271,7 @@ func rawTarget(group string, clients []*goredis.Client, fenced bool) *target {
 		name = "raw parallel fan-out"
 	}
 	if fenced {
-		name, role = name+", fenced (INCR in the SET script)", roleFencedFloor
+		name, role = name+", fenced (INCR of one counter in the SET script)", roleFencedFloor
 	}
 	return &target{
 		name: name, group: group, role: role,

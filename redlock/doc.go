@@ -49,10 +49,11 @@
 //
 // # Fencing tokens
 //
-// The acquire script increments a per-key counter on every node that grants
-// the hold; a missing counter (new key, or lost with the node's data) starts
-// at the server's clock in microseconds, rounded down to a multiple of
-// MaxTTL/8. The counter is the largest one among the granting nodes. When
+// The acquire script increments the key's counter on every node that grants
+// the hold (one counter per Redis Cluster hash slot, shared by the keys of
+// the slot: see redis.FenceKey); a missing counter (new, or lost with the
+// node's data) starts at the server's clock in microseconds, rounded down
+// to a multiple of MaxTTL/8. The counter is the largest one among the granting nodes. When
 // fewer than a majority of them drew that very counter, a second round
 // writes it back to every reachable node, and the lease is returned only
 // once a majority acknowledged. The token is that counter times MaxLimit
@@ -61,9 +62,10 @@
 // at least that token, and draws a larger one.
 //
 // The second round is the exception: nodes that saw the same holds keep
-// equal counters, and nodes that start a new key's counter in the same
-// round start it equal, thanks to the rounding, unless the round straddles
-// a multiple of MaxTTL/8 or their clocks differ by more than that.
+// equal counters, and nodes that start a counter in the same round start it
+// equal, thanks to the rounding, unless the round straddles a multiple of
+// MaxTTL/8 or their clocks differ by more than that. Holds of two keys of
+// one slot that reach the nodes in different orders also part them.
 //
 // What this guarantees: the token of a lease is greater than the token of
 // every lease of the same key that was granted (and written back, when it

@@ -22,6 +22,7 @@ import (
 
 	"github.com/dsync-dev/dsync"
 	"github.com/dsync-dev/dsync/backends"
+	"github.com/dsync-dev/dsync/backends/redis"
 	"github.com/dsync-dev/dsync/internal/faultproxy"
 	"github.com/dsync-dev/dsync/internal/redistest"
 	"github.com/dsync-dev/dsync/locker"
@@ -1545,7 +1546,8 @@ func TestFenceWriteBack(t *testing.T) {
 	// Node 4's counter ahead of the others', and nodes 0 and 1 cut off:
 	// the quorum is 2, 3 and 4, and the token is node 4's.
 	const ahead = 1 << 52 // above a clock's seed, below 2^53 (Lua's numbers are doubles)
-	if err := clients[4].Set(ctx, "dsync:{diverged}:fence", ahead, 0).Err(); err != nil {
+	fence := redis.FenceKey("", "diverged")
+	if err := clients[4].Set(ctx, fence, ahead, 0).Err(); err != nil {
 		t.Fatal(err)
 	}
 	heal := func() {
@@ -1572,7 +1574,7 @@ func TestFenceWriteBack(t *testing.T) {
 		t.Fatalf("token %d with node 4's counter at %d, want %d", first, ahead, want)
 	}
 	for _, i := range []int{2, 3} {
-		if n, err := clients[i].Get(ctx, "dsync:{diverged}:fence").Uint64(); err != nil || n != ahead+1 {
+		if n, err := clients[i].Get(ctx, fence).Uint64(); err != nil || n != ahead+1 {
 			t.Errorf("node %d's counter after the round: %d, %v; want %d written back", i, n, err, ahead+1)
 		}
 	}

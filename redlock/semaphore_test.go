@@ -16,6 +16,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/dsync-dev/dsync/backends"
+	"github.com/dsync-dev/dsync/backends/redis"
 	"github.com/dsync-dev/dsync/internal/faultproxy"
 	"github.com/dsync-dev/dsync/redlock"
 )
@@ -178,9 +179,9 @@ func TestSemaphoreAdmitsExactlyN(t *testing.T) {
 	// wait for it rather than read too soon, but well within the permits'
 	// TTL, by which a hold nobody withdrew would still be there.
 	ctxKeys := context.Background()
-	eventually(t, faultMaxTTL/4, "only the fence counter left on every node after every permit was released", func() bool {
+	eventually(t, faultMaxTTL/4, "nothing of the key but its slot's fence counter left on every node after every permit was released", func() bool {
 		for _, c := range clients {
-			if keys := c.Keys(ctxKeys, "dsync:{"+key+"}*").Val(); !slices.Equal(keys, []string{"dsync:{" + key + "}:fence"}) {
+			if keys := c.Keys(ctxKeys, "dsync:{"+key+"}*").Val(); len(keys) != 0 || c.Exists(ctxKeys, redis.FenceKey("", key)).Val() != 1 {
 				return false
 			}
 		}

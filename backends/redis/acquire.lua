@@ -1,7 +1,7 @@
--- acquire.lua: one attempt to obtain a hold.
+-- acquire.lua: one attempt to obtain a hold. Runs after fence.lua.
 --
 -- KEYS[1]  the hold                 P{K}
--- KEYS[2]  the fence counter        P{K}:fence
+-- KEYS[2]  the fence counter        P fence:{T}, T in K's slot
 -- ARGV[1]  the hold's value         token, or token .. "\n" .. value
 -- ARGV[2]  time to live, in ms
 -- ARGV[3]  "1" to draw a fencing token, "0" not to
@@ -20,6 +20,6 @@ if not redis.call("SET", KEYS[1], ARGV[1], "NX", "PX", ARGV[2]) then
 	return 0
 end
 if ARGV[3] == "1" then
-	return redis.call("INCR", KEYS[2])
+	return fence_draw(KEYS[2], 1)
 end
 return 1

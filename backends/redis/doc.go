@@ -25,7 +25,7 @@
 //   - Redis replication is asynchronous. If the primary fails over to a
 //     replica (Sentinel, Cluster) before a hold reached it, or restarts
 //     without persistence, the hold is gone and the lock can be granted
-//     twice. Fencing tokens can go back or repeat in the same cases.
+//     twice. Fencing tokens can repeat after such a failover.
 //   - Expiry follows the server's wall clock, for locks (PX) and
 //     semaphores alike (a semaphore's holders are scored with the server's
 //     TIME, never a client's clock, so clients whose clocks disagree still
@@ -40,12 +40,15 @@
 //     the key taken makes a second round trip (TYPE) to tell a semaphore
 //     from another lock; with fencing the script does it.
 //   - Fencing tokens are strictly increasing per key while the server keeps
-//     its data. Each distinct key that was ever acquired with fencing leaves
-//     one small string key behind forever (its counter: about 50 to 60
-//     bytes of server memory plus the key's name). An application that locks
-//     an unbounded number of distinct keys should turn fencing off
-//     (Request.Fence false, which the locker offers as an option) or reuse a
-//     bounded key space.
+//     its data, and across a restart that lost it as long as the server's
+//     clock reads later than when the lost tokens were drawn: a missing
+//     counter starts at the server's clock in microseconds. Counters are
+//     kept per Redis Cluster hash slot, shared by the keys of the slot
+//     (see FenceKey), so that however many distinct keys are locked, at
+//     most 16384 counters (about 70 bytes each) stay behind, per prefix.
+//     Tokens are large numbers (around 1.8e15) whose order is all that
+//     counts: they grow by more than one when other keys of the slot are
+//     held in between.
 //   - Release notices (WatchReleases) are hints: a notice can be missed (for
 //     instance while the pub/sub connection reconnects) or arrive without a
 //     release the waiter can use. Waiters keep retrying on their own schedule.
@@ -65,12 +68,15 @@
 //	P{K}:values    hash    a semaphore's holders' values, token -> value,
 //	                       written only for holders with a value; expires
 //	                       and goes with the set
-//	P{K}:fence     string  the fencing counter (INCR) of the key, shared by
-//	                       its locks and semaphores; never expires
+//	P fence:{T}    string  the fencing counter (INCR) of the key, shared by
+//	                       its locks and semaphores and by every key in the
+//	                       same hash slot (T: a three-character tag of that
+//	                       slot; see FenceKey); never expires
 //	P{K}:released  channel PUBLISHed to when a hold is released
 //
-// The braces are a Redis Cluster hash tag, so all of one key's Redis keys
-// live in one slot and each script touches a single slot. Tokens must not
+// The braces are a Redis Cluster hash tag, so all of one key's Redis keys,
+// its fence counter included, live in one slot and each script touches a
+// single slot. Tokens must not
 // contain "\n", since that separates the token from the value.
 //
 // Every operation is one Lua script, embedded in the package and run with

@@ -20,17 +20,16 @@ var (
 	//go:embed raise_fence.lua
 	raiseFenceSrc string
 
-	acquireSeededScript = goredis.NewScript(acquireSeededSrc)
+	acquireSeededScript = goredis.NewScript(fenceSrc + acquireSeededSrc)
 	raiseFenceScript    = goredis.NewScript(raiseFenceSrc)
 )
 
-// AcquireSeeded is Acquire whose fence counter, when missing, starts at the
-// server's clock in microseconds, rounded down to a multiple of seedStep,
-// rather than at zero, so that a node that lost its data cannot hand out
-// tokens below those it issued before. The counter is per node; Redlock
-// combines them (see RaiseFence). Rounding lets nodes that seed a key's
-// counter at nearly the same time draw equal counters, which then need no
-// write-back; a seedStep below a microsecond counts as one.
+// AcquireSeeded is Acquire for a Redlock node, locks only: a missing fence
+// counter starts at the server's clock in microseconds rounded down to a
+// multiple of seedStep (a seedStep below a microsecond counts as one). The
+// counter is per node; Redlock combines them (see RaiseFence). Rounding
+// lets nodes that seed a counter at nearly the same time draw equal
+// counters, which then need no write-back.
 func (d *Driver) AcquireSeeded(ctx context.Context, req backends.Request, seedStep time.Duration) (backends.Grant, error) {
 	return d.acquire(ctx, req, acquireSeededScript, seedStep)
 }
@@ -51,7 +50,7 @@ func (d *Driver) RaiseFence(ctx context.Context, key string, token uint64) error
 	if err != nil {
 		return err
 	}
-	if err := raiseFenceScript.Run(ctx, d.client, []string{hold + ":fence"}, strconv.FormatUint(token, 10)).Err(); err != nil {
+	if err := raiseFenceScript.Run(ctx, d.client, []string{fenceKey(d.prefix, hold)}, strconv.FormatUint(token, 10)).Err(); err != nil {
 		return d.wrap(err)
 	}
 	return nil

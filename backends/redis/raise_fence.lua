@@ -1,6 +1,6 @@
 -- raise_fence.lua: Redlock's second round, the write-back of a token.
 --
--- KEYS[1]  the fence counter        P{K}:fence
+-- KEYS[1]  the fence counter        P fence:{T}, T in K's slot
 -- ARGV[1]  the token
 --
 -- Raises the counter to the token unless it is there already, so that any

@@ -27,6 +27,8 @@ type Options struct {
 }
 
 var (
+	//go:embed fence.lua
+	fenceSrc string
 	//go:embed acquire.lua
 	acquireSrc string
 	//go:embed sem_common.lua
@@ -40,9 +42,10 @@ var (
 	//go:embed holder.lua
 	holderSrc string
 
-	// The scripts that may meet a semaphore start with its helpers.
-	acquireScript    = goredis.NewScript(acquireSrc)
-	semAcquireScript = goredis.NewScript(semCommonSrc + semAcquireSrc)
+	// The scripts that draw a fencing token start with fence.lua, and
+	// those that may meet a semaphore with its helpers.
+	acquireScript    = goredis.NewScript(fenceSrc + acquireSrc)
+	semAcquireScript = goredis.NewScript(fenceSrc + semCommonSrc + semAcquireSrc)
 	releaseScript    = goredis.NewScript(semCommonSrc + releaseSrc)
 	refreshScript    = goredis.NewScript(semCommonSrc + refreshSrc)
 	holderScript     = goredis.NewScript(semCommonSrc + holderSrc)
@@ -162,7 +165,8 @@ func checkToken(token string) error {
 // Acquire makes one attempt to hold req.Key.
 //
 // A lock (req.Limit 0 or 1) is a SET NX PX, in a script that also
-// increments the key's fence counter when req.Fence is set. It returns
+// increments the key's fence counter when req.Fence is set (see FenceKey;
+// a missing counter starts at the server's clock in microseconds). It returns
 // ErrNotAcquired when the key is held, and the error of
 // backends.LimitMismatch when a semaphore holds it (without req.Fence, that
 // check costs a second round trip, made only after the SET NX failed).
@@ -172,7 +176,8 @@ func checkToken(token string) error {
 // adds this one if fewer than req.Limit are left. It returns
 // ErrNotAcquired when every slot is taken, and the error of
 // backends.LimitMismatch when the live holders have another size or a lock
-// holds the key. Its fence counter is the key's, shared by every size.
+// holds the key. Its fence counter is the key's lock's, shared by every
+// size.
 //
 // Grant.TTL is req.TTL truncated to whole milliseconds.
 func (d *Driver) Acquire(ctx context.Context, req backends.Request) (backends.Grant, error) {
@@ -227,7 +232,7 @@ func (d *Driver) acquire(ctx context.Context, req backends.Request, script *gore
 	if script == acquireSeededScript {
 		args = append(args, seedStepArg(seedStep))
 	}
-	n, err := script.Run(ctx, d.client, []string{hold, hold + ":fence"}, args...).Int64()
+	n, err := script.Run(ctx, d.client, []string{hold, fenceKey(d.prefix, hold)}, args...).Int64()
 	if err != nil {
 		return backends.Grant{}, d.wrap(err)
 	}
@@ -263,7 +268,7 @@ func (d *Driver) acquireSem(ctx context.Context, req backends.Request, hold stri
 	if req.Fence {
 		fence = drawFence
 	}
-	n, err := semAcquireScript.Run(ctx, d.client, []string{hold, hold + ":fence", hold + ":values"},
+	n, err := semAcquireScript.Run(ctx, d.client, []string{hold, fenceKey(d.prefix, hold), hold + ":values"},
 		req.Token, ttl.Milliseconds(), fence, req.Limit, req.Value).Int64()
 	if err != nil {
 		return backends.Grant{}, d.wrap(err)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -243,42 +244,84 @@ func TestRefresh(t *testing.T) {
 	}
 }
 
+// TestFencesStrictlyIncrease: a key's tokens grow with every fenced hold;
+// a missing counter starts at the server's clock in microseconds, and keys
+// of one hash slot share theirs, so a restart that loses the counters, or
+// holds of other keys, never take a key's tokens back.
 func TestFencesStrictlyIncrease(t *testing.T) {
 	srv := redistest.Start(t, nil)
-	d, _ := newDriver(t, srv, nil)
+	d, client := newDriver(t, srv, nil)
 	ctx := testCtx(t)
 	key := t.Name()
+	serverMicros := func() uint64 {
+		t.Helper()
+		now, err := client.Time(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return uint64(now.UnixMicro())
+	}
 	var last uint64
-	for i := range 20 {
-		tok := fmt.Sprint("tok", i)
-		r := req(key, tok, time.Second)
-		r.Fence = i%5 != 4 // a hold without fencing still comes between
+	acquire := func(key string, fence bool) uint64 {
+		t.Helper()
+		r := req(key, "tok", time.Second)
+		r.Fence = fence
 		g, err := d.Acquire(ctx, r)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !r.Fence {
+		if err := d.Release(ctx, key, "tok"); err != nil {
+			t.Fatal(err)
+		}
+		if !fence {
 			if g.Fence != 0 {
 				t.Errorf("Grant.Fence = %d without Request.Fence, want 0", g.Fence)
 			}
-		} else {
-			if g.Fence <= last {
-				t.Fatalf("fence %d after %d: not strictly increasing", g.Fence, last)
-			}
-			last = g.Fence
+			return 0
 		}
-		if err := d.Release(ctx, key, tok); err != nil {
-			t.Fatal(err)
+		if g.Fence <= last {
+			t.Fatalf("%s: fence %d after %d: not strictly increasing", key, g.Fence, last)
+		}
+		last = g.Fence
+		return g.Fence
+	}
+	before := serverMicros()
+	first := acquire(key, true)
+	if after := serverMicros(); first < before || first > after+1 {
+		t.Errorf("first fence %d, want the server's clock in µs (between %d and %d)", first, before, after+1)
+	}
+	for i := range 20 {
+		acquire(key, i%5 != 4) // a hold without fencing still comes between
+	}
+	// A key of the same hash slot draws from the same counter; the next
+	// fence of key is still larger.
+	same, other := "", ""
+	for i := 0; same == "" || other == ""; i++ {
+		k := fmt.Sprint("k", i)
+		if redis.FenceKey("", k) == redis.FenceKey("", key) {
+			same = k
+		} else {
+			other = k
 		}
 	}
-	// Another key has a counter of its own.
-	g, err := d.Acquire(ctx, req(key+"-other", "x", time.Second))
-	if err != nil {
+	acquire(same, true)
+	acquire(key, true)
+	// A key of another slot starts its own counter at the clock.
+	last = 0
+	before = serverMicros()
+	if f := acquire(other, true); f < before {
+		t.Errorf("first fence of another slot's counter = %d, want at least the clock's %d", f, before)
+	}
+
+	// A restart without persistence loses every counter; the next fence
+	// restarts at the clock, above the ones before.
+	last = 0
+	acquire(key, true)
+	if err := srv.Restart(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if g.Fence != 1 {
-		t.Errorf("first fence of a new key = %d, want 1", g.Fence)
-	}
+	eventually(t, 15*time.Second, "the server to answer after its restart", func() bool { return client.Ping(ctx).Err() == nil })
+	acquire(key, true)
 }
 
 func TestHolder(t *testing.T) {
@@ -331,7 +374,7 @@ func TestHolder(t *testing.T) {
 }
 
 // TestLayout pins the documented storage layout: the hold P{K}, the fence
-// counter P{K}:fence, and nothing else.
+// counter of K's hash slot P fence:{T}, and nothing else.
 func TestLayout(t *testing.T) {
 	srv := redistest.Start(t, nil)
 	d, client := newDriver(t, srv, &redis.Options{Prefix: "app:"})
@@ -348,16 +391,20 @@ func TestLayout(t *testing.T) {
 		t.Fatal(err)
 	}
 	sort.Strings(keys)
-	if want := []string{"app:{job}", "app:{job}:fence"}; fmt.Sprint(keys) != fmt.Sprint(want) {
+	fence := redis.FenceKey("app:", "job")
+	if !strings.HasPrefix(fence, "app:fence:{") {
+		t.Errorf("FenceKey = %q, want app:fence:{...}", fence)
+	}
+	if want := []string{fence, "app:{job}"}; fmt.Sprint(keys) != fmt.Sprint(want) {
 		t.Errorf("KEYS * = %q, want %q", keys, want)
 	}
 	if v := client.Get(ctx, "app:{job}").Val(); v != "tok\nv" {
 		t.Errorf("GET app:{job} = %q, want %q", v, "tok\nv")
 	}
-	if n, _ := client.Get(ctx, "app:{job}:fence").Uint64(); n != g.Fence {
-		t.Errorf("GET app:{job}:fence = %d, want the grant's fence %d", n, g.Fence)
+	if n, _ := client.Get(ctx, fence).Uint64(); n != g.Fence {
+		t.Errorf("GET %s = %d, want the grant's fence %d", fence, n, g.Fence)
 	}
-	if ttl := client.PTTL(ctx, "app:{job}:fence").Val(); ttl != -1 {
+	if ttl := client.PTTL(ctx, fence).Val(); ttl != -1 {
 		t.Errorf("PTTL of the fence counter = %v, want none (-1)", ttl)
 	}
 	if err := d.Release(ctx, "job", "tok"); err != nil {
@@ -366,15 +413,15 @@ func TestLayout(t *testing.T) {
 	if n := client.Exists(ctx, "app:{job}").Val(); n != 0 {
 		t.Errorf("hold still exists after Release")
 	}
-	if n := client.Exists(ctx, "app:{job}:fence").Val(); n != 1 {
+	if n := client.Exists(ctx, fence).Val(); n != 1 {
 		t.Errorf("fence counter gone after Release")
 	}
 	// Without fencing, no counter is written.
 	if _, err := d.Acquire(ctx, backends.Request{Key: "nofence", Token: "t", TTL: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
-	if n := client.Exists(ctx, "app:{nofence}:fence").Val(); n != 0 {
-		t.Errorf("fence counter written for a request without Fence")
+	if keys := client.Keys(ctx, "*").Val(); len(keys) != 2 {
+		t.Errorf("KEYS * = %q after a hold without Fence, want its hold and the one counter", keys)
 	}
 }
 

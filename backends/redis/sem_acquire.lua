@@ -1,8 +1,8 @@
 -- sem_acquire.lua: one attempt to obtain one of the slots of a semaphore
--- (size > 1). Runs after sem_common.lua.
+-- (size > 1). Runs after fence.lua and sem_common.lua.
 --
 -- KEYS[1]  the holders              P{K}
--- KEYS[2]  the fence counter        P{K}:fence
+-- KEYS[2]  the fence counter        P fence:{T}, T in K's slot
 -- KEYS[3]  the holders' values      P{K}:values
 -- ARGV[1]  the token
 -- ARGV[2]  time to live, in ms
@@ -63,6 +63,6 @@ else
 	sem_settle(KEYS[1], KEYS[3], has)
 end
 if ARGV[3] == "1" then
-	return redis.call("INCR", KEYS[2])
+	return fence_draw(KEYS[2], 1)
 end
 return 1

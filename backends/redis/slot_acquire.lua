@@ -1,8 +1,9 @@
 -- slot_acquire.lua: one node's part of one Redlock semaphore slot attempt.
+-- Runs after fence.lua.
 --
 -- KEYS[1]  the slot's hold          P{K}:slot:I
 -- KEYS[2]  the semaphore's marker   P{K}
--- KEYS[3]  the fence counter        P{K}:fence
+-- KEYS[3]  the fence counter        P fence:{T}, T in K's slot
 -- ARGV[1]  the hold's value         token, or token .. "\n" .. value
 -- ARGV[2]  time to live, in ms
 -- ARGV[3]  the semaphore's limit    N
@@ -38,14 +39,4 @@ end
 if ARGV[4] ~= "1" then
 	return 1
 end
--- INCR makes a missing counter 1; a counter is never 0 otherwise (a seed
--- is a clock reading), and raising it is always safe.
-local n = redis.call("INCR", KEYS[3])
-if n == 1 then
-	-- Exact in a double: microseconds since 1970 stay below 2^53.
-	local t = redis.call("TIME")
-	local us = tonumber(t[1]) * 1000000 + tonumber(t[2])
-	n = us - us % tonumber(ARGV[5]) + 1
-	redis.call("SET", KEYS[3], string.format("%.0f", n))
-end
-return n
+return fence_draw(KEYS[3], tonumber(ARGV[5]))

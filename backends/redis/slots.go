@@ -31,11 +31,12 @@ import (
 //	                       lock of K cannot be taken beside the slots (a
 //	                       lock's hold never starts with "\n": tokens are
 //	                       not empty)
-//	P{K}:fence     string  the fence counter, shared with the lock of K, so
-//	                       that tokens grow over every hold of K
+//	P fence:{T}    string  the fence counter of K's slot (see FenceKey),
+//	                       shared with the lock of K, so that tokens grow
+//	                       over every hold of K
 //	P{K}:released  channel the release notices of the slots and of the lock
 //
-// All of them share K's hash tag.
+// All of them are in K's hash slot.
 
 // MaxSlots is the largest limit the slot operations accept: releasing a
 // slot and reading the holders visit every slot of the semaphore.
@@ -53,7 +54,7 @@ var (
 	//go:embed slot_unlock.lua
 	slotUnlockSrc string
 
-	slotAcquireScript = goredis.NewScript(slotAcquireSrc)
+	slotAcquireScript = goredis.NewScript(fenceSrc + slotAcquireSrc)
 	slotRefreshScript = goredis.NewScript(slotRefreshSrc)
 	slotReleaseScript = goredis.NewScript(slotReleaseSrc)
 	slotHoldersScript = goredis.NewScript(slotHoldersSrc)
@@ -139,7 +140,7 @@ func (d *Driver) AcquireSlot(ctx context.Context, req backends.Request, slot int
 	if req.Fence {
 		fence = slotYes
 	}
-	n, err := slotAcquireScript.Run(ctx, d.client, []string{hold, marker, marker + ":fence"},
+	n, err := slotAcquireScript.Run(ctx, d.client, []string{hold, marker, fenceKey(d.prefix, marker)},
 		val, ttl.Milliseconds(), req.Limit, fence, seedStepArg(seedStep)).Int64()
 	switch {
 	case err != nil:

@@ -67,7 +67,8 @@ func TestSlotLayoutAndLifetime(t *testing.T) {
 	if g0.Fence == 0 || g2.Fence <= g0.Fence {
 		t.Errorf("fences %d then %d: want non-zero and strictly increasing across slots", g0.Fence, g2.Fence)
 	}
-	want := []string{"dsync:{sem}", "dsync:{sem}:fence", "dsync:{sem}:slot:0", "dsync:{sem}:slot:2"}
+	fence := redis.FenceKey("", "sem")
+	want := []string{fence, "dsync:{sem}", "dsync:{sem}:slot:0", "dsync:{sem}:slot:2"}
 	if got := keysOf(t, ctx, c); !slices.Equal(got, want) {
 		t.Fatalf("keys %q, want %q", got, want)
 	}
@@ -77,7 +78,7 @@ func TestSlotLayoutAndLifetime(t *testing.T) {
 	if v := c.Get(ctx, "dsync:{sem}").Val(); v != "\n3" {
 		t.Errorf("marker = %q, want %q", v, "\n3")
 	}
-	if n, _ := c.Get(ctx, "dsync:{sem}:fence").Uint64(); n != g2.Fence {
+	if n, _ := c.Get(ctx, fence).Uint64(); n != g2.Fence {
 		t.Errorf("fence counter %d, want the last grant's %d", n, g2.Fence)
 	}
 	markerTTL := func() time.Duration { return c.PTTL(ctx, "dsync:{sem}").Val() }
@@ -151,7 +152,7 @@ func TestSlotLayoutAndLifetime(t *testing.T) {
 	if got := next("WithdrawSlot"); got != "marker" {
 		t.Error("a withdrawal sent a release notice")
 	}
-	if got := keysOf(t, ctx, c); !slices.Equal(got, []string{"dsync:{sem}:fence"}) {
+	if got := keysOf(t, ctx, c); !slices.Equal(got, []string{fence}) {
 		t.Errorf("keys after the last slot went: %q, want only the fence counter", got)
 	}
 	if err := d.ReleaseSlot(ctx, "sem", 0, "a"); !errors.Is(err, backends.ErrNotHeld) {
@@ -179,7 +180,7 @@ func TestSlotExpiryTakesMarker(t *testing.T) {
 	if err := d.RefreshSlot(ctx, "sem", 1, "a", time.Minute); !errors.Is(err, backends.ErrNotHeld) {
 		t.Errorf("RefreshSlot after expiry: %v, want ErrNotHeld", err)
 	}
-	if got := keysOf(t, ctx, c); !slices.Equal(got, []string{"dsync:{sem}:fence"}) {
+	if got := keysOf(t, ctx, c); !slices.Equal(got, []string{redis.FenceKey("", "sem")}) {
 		t.Errorf("RefreshSlot after expiry left %q", got)
 	}
 }

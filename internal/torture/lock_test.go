@@ -222,11 +222,17 @@ func TestRedisRestartPersistent(t *testing.T) {
 }
 
 // TestRedisRestartEphemeral shows what single Redis does not promise: a
-// server restarted without persistence forgets the hold and the fencing
-// counter, so a second client is granted the lock while the first still
-// holds it, with a token that does not grow. The checks must say so.
+// server restarted without persistence forgets the hold, so a second
+// client is granted the lock while the first still holds it. The
+// exclusion check must say so. The fencing counter is forgotten too, but
+// starts again at the server's clock, so tokens still grow and the first
+// holder's late writes are rejected: the token checks pass.
 func TestRedisRestartEphemeral(t *testing.T) {
 	rep := redisRestart(t, false)
 	wantViolation(t, rep, CheckExclusion)
-	wantViolation(t, rep, CheckTokens)
+	for _, check := range []string{CheckTokens, CheckTerms, CheckStaleWrites} {
+		if r := rep.Result(check); r == nil || !r.OK() {
+			t.Errorf("%s after a restart without persistence: %v, want no violation (counters restart at the clock)", check, r)
+		}
+	}
 }

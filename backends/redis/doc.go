@@ -83,10 +83,12 @@
 // EVALSHA, falling back to EVAL when the server's script cache was emptied
 // (after a restart or SCRIPT FLUSH): acquire.lua for a lock, sem_acquire.lua
 // for a semaphore, and release.lua, refresh.lua and holder.lua for both
-// (they ask the key's TYPE first); all but acquire.lua start with the
-// helpers of sem_common.lua. The one exception is a lock acquire without
-// fencing, a plain SET NX PX. A semaphore's expired holders are pruned by
-// every call that writes.
+// (release and refresh try a lock's GET, and ask the key's TYPE only when
+// it fails; holder asks the TYPE first). The scripts that draw a fencing
+// token start with the helper of fence.lua, and those that may meet a
+// semaphore with the helpers of sem_common.lua. The one exception is a
+// lock acquire without fencing, a plain SET NX PX. A semaphore's expired
+// holders are pruned by every call that writes.
 //
 // # One attempt per call
 //

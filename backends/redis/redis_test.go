@@ -577,3 +577,34 @@ func TestKeyStartingWithBrace(t *testing.T) {
 		}
 	}
 }
+
+// TestForeignKeyType: a key of the prefix that holds data of another type
+// (a hash someone wrote there) is neither taken nor touched: every call
+// answers that it is not ours, without an error of the server's.
+func TestForeignKeyType(t *testing.T) {
+	srv := redistest.Start(t, nil)
+	d, client := newDriver(t, srv, nil)
+	ctx := testCtx(t)
+	if err := client.HSet(ctx, "dsync:{foreign}", "field", "tok").Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, fence := range []bool{false, true} {
+		r := req("foreign", "tok", time.Minute)
+		r.Fence = fence
+		if _, err := d.Acquire(ctx, r); !errors.Is(err, backends.ErrNotAcquired) {
+			t.Errorf("Acquire (fence %v) of a hash: %v, want ErrNotAcquired", fence, err)
+		}
+	}
+	if err := d.Refresh(ctx, "foreign", "tok", time.Minute); !errors.Is(err, backends.ErrNotHeld) {
+		t.Errorf("Refresh of a hash: %v, want ErrNotHeld", err)
+	}
+	if err := d.Release(ctx, "foreign", "tok"); !errors.Is(err, backends.ErrNotHeld) {
+		t.Errorf("Release of a hash: %v, want ErrNotHeld", err)
+	}
+	if _, err := d.Holder(ctx, "foreign"); !errors.Is(err, backends.ErrNotHeld) {
+		t.Errorf("Holder of a hash: %v, want ErrNotHeld", err)
+	}
+	if v, err := client.HGet(ctx, "dsync:{foreign}", "field").Result(); err != nil || v != "tok" || client.PTTL(ctx, "dsync:{foreign}").Val() != -1 {
+		t.Errorf("the hash after the calls: %q, %v, PTTL %v; want it untouched", v, err, client.PTTL(ctx, "dsync:{foreign}").Val())
+	}
+}

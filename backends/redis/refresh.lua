@@ -9,15 +9,17 @@
 -- Returns 1 when the hold was this token's and its TTL is reset, 0 otherwise.
 -- An expired hold is gone (a lock's key expired; a semaphore's holder is
 -- pruned before the token is looked up), so nothing is re-created.
-local kind = redis.call("TYPE", KEYS[1]).ok
-if kind == "string" then
-	local v = redis.call("GET", KEYS[1])
-	if v == ARGV[1] or string.sub(v, 1, #ARGV[1] + 1) == ARGV[1] .. "\n" then
+--
+-- A lock's hold is read with GET alone: it fails (WRONGTYPE) only on a
+-- sorted set, or on a key of another type, which holds nothing of ours.
+local v = redis.pcall("GET", KEYS[1])
+if type(v) ~= "table" then
+	if v and (v == ARGV[1] or string.sub(v, 1, #ARGV[1] + 1) == ARGV[1] .. "\n") then
 		return redis.call("PEXPIRE", KEYS[1], ARGV[2])
 	end
 	return 0
 end
-if kind ~= "zset" then
+if redis.call("TYPE", KEYS[1]).ok ~= "zset" then
 	return 0
 end
 local now = sem_now()

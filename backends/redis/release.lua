@@ -14,10 +14,12 @@
 -- Returns 1 when the hold was this token's and is now gone, 0 otherwise (a
 -- newer hold by another token, or another holder of a semaphore, is never
 -- touched; expired holders of a semaphore are pruned).
-local kind = redis.call("TYPE", KEYS[1]).ok
-if kind == "string" then
-	local v = redis.call("GET", KEYS[1])
-	if v == ARGV[1] or string.sub(v, 1, #ARGV[1] + 1) == ARGV[1] .. "\n" then
+--
+-- A lock's hold is read with GET alone: it fails (WRONGTYPE) only on a
+-- sorted set, or on a key of another type, which holds nothing of ours.
+local v = redis.pcall("GET", KEYS[1])
+if type(v) ~= "table" then
+	if v and (v == ARGV[1] or string.sub(v, 1, #ARGV[1] + 1) == ARGV[1] .. "\n") then
 		redis.call("DEL", KEYS[1])
 		if ARGV[2] ~= "0" then
 			redis.call("PUBLISH", KEYS[1] .. ":released", "released")
@@ -26,7 +28,7 @@ if kind == "string" then
 	end
 	return 0
 end
-if kind ~= "zset" then
+if redis.call("TYPE", KEYS[1]).ok ~= "zset" then
 	return 0
 end
 local has = sem_prune(KEYS[1], KEYS[2], sem_now())

@@ -422,7 +422,7 @@ func (d *Driver) round(ctx context.Context, t target, req backends.Request, nt t
 
 // seedSteps: a node seeds a missing fence counter from its clock rounded
 // down to MaxTTL/seedSteps (see AcquireSeeded), so that nodes seeding a
-// new key in the same round nearly always start it equal, and the round
+// counter in the same round nearly always start it equal, and the round
 // needs no write-back; the guarantee then asks the nodes' clocks to agree
 // to within 7/8 of MaxTTL rather than all of it.
 const seedSteps = 8

@@ -109,10 +109,9 @@ func (d *Driver) slotKeys(key string, slot int) (hold, marker string, err error)
 // req.Key of limit req.Limit (at least 2; slot below it): SET NX PX of the
 // slot, and when req.Fence an increment of the key's fence counter, seeded
 // from the server's clock rounded down to seedStep when missing (see
-// AcquireSeeded). It returns
-// ErrNotAcquired when the slot is held, and a *LimitError when the key is
-// held with another limit on this node (by its lock: limit 1). Grant.TTL is
-// req.TTL truncated to whole milliseconds. Any other error leaves the
+// AcquireSeeded). It returns ErrNotAcquired when the slot is held, and a
+// *LimitError when the key is held with another limit on this node (by its
+// lock: limit 1). Grant.TTL is req.TTL truncated to whole milliseconds. Any other error leaves the
 // outcome unknown: release the slot with WithdrawSlot.
 func (d *Driver) AcquireSlot(ctx context.Context, req backends.Request, slot int, seedStep time.Duration) (backends.Grant, error) {
 	if err := backends.CheckRequest(req, slotCaps); err != nil {

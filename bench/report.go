@@ -254,6 +254,11 @@ func checks(s *Summary) []Check {
 			continue
 		}
 		what := fmt.Sprintf("%s, %s, %d goroutines on one key", c.Target.Group, labelOf(c.Target), s.Config.Contenders)
+		if c.Target.Variant != "" {
+			// The scenario is goroutines of one process, each
+			// library on its shipped client; separate clients are ours.
+			what += " (beyond the issue's scenario)"
+		}
 		out = append(out, Check{
 			What: what, Goal: "no goroutine starved (min >= max/2 in every round), worst wait < 100 ms",
 			Measured: fmt.Sprintf("worst round %d/%d, worst wait %.1f ms", c.WorstMin, c.WorstMax, c.WorstWaitMs),

@@ -2,11 +2,13 @@ package redlock_test
 
 import (
 	"context"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/dsync-dev/dsync"
+	"github.com/dsync-dev/dsync/backends"
 	"github.com/dsync-dev/dsync/backends/backendtest"
 	"github.com/dsync-dev/dsync/internal/redistest"
 	"github.com/dsync-dev/dsync/redlock"
@@ -70,4 +72,49 @@ func TestConformance(t *testing.T) {
 
 func TestSchemeRegistered(t *testing.T) {
 	backendtest.CheckScheme(t, "redlock", "addr", "max_ttl", "node_timeout", "quarantine", "prefix", "tls")
+}
+
+// TestWorkersExitWhenIdle: the goroutines that run node requests stay for
+// the next request, and exit once none has come for their idle time (5 s),
+// with the driver still open. Not parallel: it counts every such goroutine
+// in the process, and the parallel tests' drivers have theirs.
+func TestWorkersExitWhenIdle(t *testing.T) {
+	servers := redistest.StartN(t, 5, nil)
+	b := open(t, redlockURL(servers, "quarantine=false"))
+	t.Cleanup(func() { _ = b.Close() })
+	workers := func() int {
+		buf := make([]byte, 1<<20)
+		return strings.Count(string(buf[:runtime.Stack(buf, true)]), "redlock.(*Driver).work(")
+	}
+	if n := workers(); n != 0 {
+		t.Fatalf("%d workers before any request", n)
+	}
+	d := b.Driver().(*redlock.Driver)
+	ctx := context.Background()
+	req := backends.Request{Key: "idle", Token: "t", TTL: time.Second, Fence: true}
+	if _, err := d.Acquire(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Release(ctx, req.Key, req.Token); err != nil {
+		t.Fatal(err)
+	}
+	done := time.Now()
+	n := workers()
+	if n == 0 {
+		t.Fatal("no worker left after a cycle: nothing to reuse")
+	}
+	for time.Since(done) < 4*time.Second {
+		if m := workers(); m == 0 {
+			t.Fatalf("%d workers gone %v after the last request, before their idle time", n, time.Since(done).Round(time.Millisecond))
+		}
+		time.Sleep(100 * time.Millisecond) // a clock to wait out
+	}
+	deadline := done.Add(15 * time.Second)
+	for workers() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d workers left 15 s after the last request, with an idle time of 5 s", workers())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("%d workers, gone %v after the last request", n, time.Since(done).Round(100*time.Millisecond))
 }

@@ -275,6 +275,11 @@ func TestSeededCounters(t *testing.T) {
 		}
 		for kind, acquire := range acquire {
 			key := fmt.Sprintf("%s-%v", kind, step)
+			// Each key must seed a counter of its own: no earlier key of
+			// the test may share its hash slot.
+			if c.Exists(ctx, redis.FenceKey("", key)).Val() == 1 {
+				t.Fatalf("%s shares its fence counter with an earlier key of the test: rename it", key)
+			}
 			before := serverMicros()
 			g, err := acquire(key)
 			if err != nil {

@@ -613,20 +613,20 @@ func fanOutValues[T any](d *Driver, ctx context.Context, nt time.Duration, all b
 			errs[i] = backends.ErrClosed
 		}
 	}
+collect:
 	for waiting != 0 {
 		select {
 		case r := <-results:
 			values[r.i], errs[r.i] = r.v, r.err
 			waiting &^= 1 << r.i
-			continue
 		case <-ctx.Done():
-		}
-		for i := range d.nodes {
-			if waiting&(1<<i) != 0 {
-				errs[i] = ctx.Err()
+			for i := range d.nodes {
+				if waiting&(1<<i) != 0 {
+					errs[i] = ctx.Err()
+				}
 			}
+			break collect
 		}
-		break
 	}
 	var merr *multierror.Error
 	for i, err := range errs {

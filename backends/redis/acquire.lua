@@ -5,6 +5,8 @@
 -- ARGV[1]  the hold's value         token, or token .. "\n" .. value
 -- ARGV[2]  time to live, in ms
 -- ARGV[3]  "1" to draw a fencing token, "0" not to
+-- ARGV[4]  the seed step of a missing counter, in microseconds (see
+--          fence.lua): 1 on a single server
 --
 -- Returns 0 when the key is held already by a lock; -M when it is held by
 -- a semaphore of size M (see sem_common.lua: a live set has live holders);
@@ -20,6 +22,6 @@ if not redis.call("SET", KEYS[1], ARGV[1], "NX", "PX", ARGV[2]) then
 	return 0
 end
 if ARGV[3] == "1" then
-	return fence_draw(KEYS[2], 1)
+	return fence_draw(KEYS[2], tonumber(ARGV[4]))
 end
 return 1

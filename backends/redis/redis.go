@@ -184,9 +184,10 @@ func (d *Driver) Acquire(ctx context.Context, req backends.Request) (backends.Gr
 	return d.acquire(ctx, req, acquireScript, 0)
 }
 
-// acquire takes a lock with script (acquire.lua, or acquire_seeded.lua
-// with seedStep), or a semaphore with sem_acquire.lua when script is
-// acquire.lua.
+// acquire takes a lock with script (acquire.lua, or acquire_seeded.lua),
+// a missing fence counter starting at the server's clock rounded down to
+// seedStep (0: to the microsecond), or a semaphore with sem_acquire.lua
+// when script is acquire.lua.
 func (d *Driver) acquire(ctx context.Context, req backends.Request, script *goredis.Script, seedStep time.Duration) (backends.Grant, error) {
 	if d.closed.Load() {
 		return backends.Grant{}, backends.ErrClosed
@@ -228,11 +229,8 @@ func (d *Driver) acquire(ctx context.Context, req backends.Request, script *gore
 		}
 		return g, nil
 	}
-	args := []any{val, ttl.Milliseconds(), drawFence}
-	if script == acquireSeededScript {
-		args = append(args, seedStepArg(seedStep))
-	}
-	n, err := script.Run(ctx, d.client, []string{hold, fenceKey(d.prefix, hold)}, args...).Int64()
+	n, err := script.Run(ctx, d.client, []string{hold, fenceKey(d.prefix, hold)},
+		val, ttl.Milliseconds(), drawFence, seedStepArg(seedStep)).Int64()
 	if err != nil {
 		return backends.Grant{}, d.wrap(err)
 	}

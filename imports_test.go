@@ -45,6 +45,25 @@ func TestImportRules(t *testing.T) {
 		forbid(p, func(d string) bool { return strings.HasPrefix(d, "go.etcd.io/etcd/server") }, "the etcd server is for tests and the CLI only")
 	}
 
+	// Library packages (everything but tests, test tooling, commands,
+	// examples and the conformance suite) never import test tooling, and no
+	// library internal imports a public package above the SPI.
+	isTooling := func(d string) bool {
+		return strings.HasPrefix(d, mod+"/internal/testenv") || strings.HasPrefix(d, mod+"/internal/torture")
+	}
+	libs, err := exec.Command("go", "list", "./...").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list ./...: %v\n%s", err, libs)
+	}
+	for _, p := range strings.Fields(string(libs)) {
+		if isTooling(p) || p == mod+"/backends/backendtest" ||
+			strings.HasPrefix(p, mod+"/cmd/") || strings.HasPrefix(p, mod+"/examples/") {
+			continue
+		}
+		forbid(p, isTooling, "library packages never import test tooling")
+		forbid(p, func(d string) bool { return strings.HasPrefix(d, "go.etcd.io/etcd/server") }, "library packages never link a server")
+	}
+
 	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}}: {{join .Imports \" \"}}", "./...").CombinedOutput()
 	if err != nil {
 		t.Fatalf("go list ./...: %v\n%s", err, out)

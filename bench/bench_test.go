@@ -12,7 +12,7 @@ import (
 
 	"github.com/dsync-dev/dsync"
 	_ "github.com/dsync-dev/dsync/backends/memory"
-	"github.com/dsync-dev/dsync/internal/leakcheck"
+	"github.com/dsync-dev/dsync/internal/testenv/leakcheck"
 	"github.com/dsync-dev/dsync/locker"
 )
 

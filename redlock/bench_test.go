@@ -9,8 +9,8 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	mix "github.com/dsync-dev/dsync/internal/interleave"
-	"github.com/dsync-dev/dsync/internal/redistest"
+	mix "github.com/dsync-dev/dsync/internal/testenv/interleave"
+	"github.com/dsync-dev/dsync/internal/testenv/redistest"
 	"github.com/dsync-dev/dsync/locker"
 )
 

@@ -17,7 +17,7 @@ import (
 
 	"github.com/dsync-dev/dsync/backends"
 	"github.com/dsync-dev/dsync/backends/redis"
-	"github.com/dsync-dev/dsync/internal/faultproxy"
+	"github.com/dsync-dev/dsync/internal/testenv/faultproxy"
 	"github.com/dsync-dev/dsync/redlock"
 )
 

@@ -3,14 +3,14 @@ package backendtest
 import (
 	"testing"
 
-	"github.com/dsync-dev/dsync/internal/leakcheck"
-	"github.com/dsync-dev/dsync/internal/proc"
+	"github.com/dsync-dev/dsync/internal/testenv/leakcheck"
+	"github.com/dsync-dev/dsync/internal/testenv/proc"
 )
 
 // Main is the TestMain of a package that runs the conformance suite: in a
-// worker process (see internal/proc) it runs the worker and exits;
+// worker process (see internal/testenv/proc) it runs the worker and exits;
 // otherwise it runs the tests with the goroutine-leak check of
-// internal/leakcheck.
+// internal/testenv/leakcheck.
 //
 //	func TestMain(m *testing.M) { backendtest.Main(m) }
 func Main(m *testing.M) {
@@ -18,7 +18,7 @@ func Main(m *testing.M) {
 	leakcheck.VerifyTestMain(m)
 }
 
-// Short names for the worker machinery of internal/proc.
+// Short names for the worker machinery of internal/testenv/proc.
 type (
 	worker     = proc.Worker
 	event      = proc.Event

@@ -13,8 +13,8 @@ import (
 
 	"github.com/dsync-dev/dsync"
 	"github.com/dsync-dev/dsync/backends/etcd"
-	"github.com/dsync-dev/dsync/internal/etcdtest"
-	mix "github.com/dsync-dev/dsync/internal/interleave"
+	"github.com/dsync-dev/dsync/internal/testenv/etcdtest"
+	mix "github.com/dsync-dev/dsync/internal/testenv/interleave"
 	"github.com/dsync-dev/dsync/locker"
 	"github.com/dsync-dev/dsync/semaphore"
 )
@@ -140,7 +140,7 @@ func BenchmarkGuardedDeleteCost(b *testing.B) {
 	interleave(b, "guarded", guarded, "plain", plain)
 }
 
-// interleave measures x and y side by side (internal/interleave) and
+// interleave measures x and y side by side (internal/testenv/interleave) and
 // reports their ratio x/y, and the ratio of their medians (ratio-p50).
 func interleave(b *testing.B, xName string, x func(), yName string, y func()) {
 	r := mix.Run(b, nil, mix.Case{Name: xName, Run: x}, mix.Case{Name: yName, Run: y})

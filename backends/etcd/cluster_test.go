@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/dsync-dev/dsync"
-	"github.com/dsync-dev/dsync/internal/etcdtest"
+	"github.com/dsync-dev/dsync/internal/testenv/etcdtest"
 	"github.com/dsync-dev/dsync/locker"
 )
 

@@ -6,7 +6,7 @@ import (
 
 	"github.com/dsync-dev/dsync"
 	"github.com/dsync-dev/dsync/backends/backendtest"
-	"github.com/dsync-dev/dsync/internal/etcdtest"
+	"github.com/dsync-dev/dsync/internal/testenv/etcdtest"
 )
 
 func TestConformance(t *testing.T) {

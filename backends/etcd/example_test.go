@@ -10,7 +10,7 @@ import (
 
 	"github.com/dsync-dev/dsync"
 	"github.com/dsync-dev/dsync/backends/etcd"
-	"github.com/dsync-dev/dsync/internal/etcdtest"
+	"github.com/dsync-dev/dsync/internal/testenv/etcdtest"
 	"github.com/dsync-dev/dsync/locker"
 )
 

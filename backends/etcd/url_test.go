@@ -12,7 +12,7 @@ import (
 	"github.com/dsync-dev/dsync/backends"
 	"github.com/dsync-dev/dsync/backends/backendtest"
 	"github.com/dsync-dev/dsync/backends/etcd"
-	"github.com/dsync-dev/dsync/internal/etcdtest"
+	"github.com/dsync-dev/dsync/internal/testenv/etcdtest"
 )
 
 func TestSchemesRegistered(t *testing.T) {

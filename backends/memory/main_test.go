@@ -7,7 +7,7 @@ import (
 
 	"github.com/dsync-dev/dsync/backends"
 	"github.com/dsync-dev/dsync/backends/memory"
-	"github.com/dsync-dev/dsync/internal/leakcheck"
+	"github.com/dsync-dev/dsync/internal/testenv/leakcheck"
 )
 
 func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }

@@ -11,8 +11,8 @@ import (
 	"github.com/dsync-dev/dsync"
 	"github.com/dsync-dev/dsync/backends"
 	"github.com/dsync-dev/dsync/backends/redis"
-	mix "github.com/dsync-dev/dsync/internal/interleave"
-	"github.com/dsync-dev/dsync/internal/redistest"
+	mix "github.com/dsync-dev/dsync/internal/testenv/interleave"
+	"github.com/dsync-dev/dsync/internal/testenv/redistest"
 	"github.com/dsync-dev/dsync/locker"
 )
 

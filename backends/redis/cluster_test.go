@@ -10,7 +10,7 @@ import (
 
 	"github.com/dsync-dev/dsync/backends"
 	"github.com/dsync-dev/dsync/backends/redis"
-	"github.com/dsync-dev/dsync/internal/redistest"
+	"github.com/dsync-dev/dsync/internal/testenv/redistest"
 )
 
 // TestCluster runs the driver on a real Redis Cluster of one node that

@@ -7,7 +7,7 @@ import (
 
 	"github.com/dsync-dev/dsync"
 	"github.com/dsync-dev/dsync/backends/backendtest"
-	"github.com/dsync-dev/dsync/internal/redistest"
+	"github.com/dsync-dev/dsync/internal/testenv/redistest"
 )
 
 func TestConformance(t *testing.T) {

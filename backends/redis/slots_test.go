@@ -12,7 +12,7 @@ import (
 
 	"github.com/dsync-dev/dsync/backends"
 	"github.com/dsync-dev/dsync/backends/redis"
-	"github.com/dsync-dev/dsync/internal/redistest"
+	"github.com/dsync-dev/dsync/internal/testenv/redistest"
 )
 
 // The slot operations are one node's part of a Redlock semaphore; the

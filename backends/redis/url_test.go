@@ -12,7 +12,7 @@ import (
 	"github.com/dsync-dev/dsync"
 	"github.com/dsync-dev/dsync/backends"
 	"github.com/dsync-dev/dsync/backends/backendtest"
-	"github.com/dsync-dev/dsync/internal/redistest"
+	"github.com/dsync-dev/dsync/internal/testenv/redistest"
 )
 
 func TestSchemesRegistered(t *testing.T) {

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/dsync-dev/dsync"
-	"github.com/dsync-dev/dsync/internal/proc"
-	"github.com/dsync-dev/dsync/internal/redistest"
+	"github.com/dsync-dev/dsync/internal/testenv/proc"
+	"github.com/dsync-dev/dsync/internal/testenv/redistest"
 	"github.com/dsync-dev/dsync/internal/torture"
 )
 

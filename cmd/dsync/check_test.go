@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/dsync-dev/dsync/internal/redistest"
+	"github.com/dsync-dev/dsync/internal/testenv/redistest"
 )
 
 // TestCheckEmbedded runs dsync check briefly on the single Redis it

@@ -20,7 +20,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/dsync-dev/dsync/internal/redistest"
+	"github.com/dsync-dev/dsync/internal/testenv/redistest"
 )
 
 // TestEndToEnd runs the built dsync binary as separate processes against a

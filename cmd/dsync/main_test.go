@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dsync-dev/dsync/internal/leakcheck"
-	"github.com/dsync-dev/dsync/internal/redistest"
+	"github.com/dsync-dev/dsync/internal/testenv/leakcheck"
+	"github.com/dsync-dev/dsync/internal/testenv/redistest"
 )
 
 func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/dsync-dev/dsync/internal/etcdtest"
-	"github.com/dsync-dev/dsync/internal/redistest"
+	"github.com/dsync-dev/dsync/internal/testenv/etcdtest"
+	"github.com/dsync-dev/dsync/internal/testenv/redistest"
 )
 
 // embedded is the set of throw-away servers dsync demo and dsync bench

@@ -29,7 +29,7 @@ import (
 	"github.com/dsync-dev/dsync"
 	_ "github.com/dsync-dev/dsync/backends/etcd"  // registers etcd:// and etcds://
 	_ "github.com/dsync-dev/dsync/backends/redis" // registers redis:// and rediss://
-	"github.com/dsync-dev/dsync/internal/redistest"
+	"github.com/dsync-dev/dsync/internal/testenv/redistest"
 	_ "github.com/dsync-dev/dsync/redlock" // registers redlock://
 	"github.com/dsync-dev/dsync/semaphore"
 )

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dsync-dev/dsync/internal/proc"
+	"github.com/dsync-dev/dsync/internal/testenv/proc"
 )
 
 // The checkers on made-up histories: each must find the violation it

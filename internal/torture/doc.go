@@ -1,5 +1,5 @@
 // Package torture measures the safety of dsync's primitives under faults:
-// worker processes (see internal/proc) loop acquire, critical section,
+// worker processes (see internal/testenv/proc) loop acquire, critical section,
 // release on a lock, a semaphore or an election, writing to a fenced store
 // in their critical sections and reporting every step on CLOCK_MONOTONIC;
 // a nemesis kills, pauses, restarts and cuts off servers and workers on

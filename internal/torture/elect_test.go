@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dsync-dev/dsync/internal/faultproxy"
+	"github.com/dsync-dev/dsync/internal/testenv/faultproxy"
 )
 
 // electConfig: terms last longer than the TTL, so that a leader lives on

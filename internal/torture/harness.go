@@ -12,7 +12,7 @@ import (
 
 	"github.com/dsync-dev/dsync"
 	"github.com/dsync-dev/dsync/backends"
-	"github.com/dsync-dev/dsync/internal/proc"
+	"github.com/dsync-dev/dsync/internal/testenv/proc"
 )
 
 // Spawner starts a worker process of a role on the backend at url:

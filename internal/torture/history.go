@@ -5,7 +5,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/dsync-dev/dsync/internal/proc"
+	"github.com/dsync-dev/dsync/internal/testenv/proc"
 )
 
 // Hold is one lease, permit or term as its holder reported it. Times are

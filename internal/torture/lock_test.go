@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dsync-dev/dsync/internal/redistest"
+	"github.com/dsync-dev/dsync/internal/testenv/redistest"
 )
 
 // lockConfig is the workers' configuration of the lock scenarios.

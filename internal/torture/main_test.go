@@ -13,9 +13,9 @@ import (
 	"github.com/dsync-dev/dsync"
 	_ "github.com/dsync-dev/dsync/backends/etcd"
 	_ "github.com/dsync-dev/dsync/backends/redis"
-	"github.com/dsync-dev/dsync/internal/leakcheck"
-	"github.com/dsync-dev/dsync/internal/proc"
-	"github.com/dsync-dev/dsync/internal/redistest"
+	"github.com/dsync-dev/dsync/internal/testenv/leakcheck"
+	"github.com/dsync-dev/dsync/internal/testenv/proc"
+	"github.com/dsync-dev/dsync/internal/testenv/redistest"
 	_ "github.com/dsync-dev/dsync/redlock"
 )
 

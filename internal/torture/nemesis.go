@@ -10,10 +10,10 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/dsync-dev/dsync/internal/etcdtest"
-	"github.com/dsync-dev/dsync/internal/faultproxy"
-	"github.com/dsync-dev/dsync/internal/proc"
-	"github.com/dsync-dev/dsync/internal/redistest"
+	"github.com/dsync-dev/dsync/internal/testenv/etcdtest"
+	"github.com/dsync-dev/dsync/internal/testenv/faultproxy"
+	"github.com/dsync-dev/dsync/internal/testenv/proc"
+	"github.com/dsync-dev/dsync/internal/testenv/redistest"
 )
 
 // Fault is something the nemesis does to the system: inject it, and later

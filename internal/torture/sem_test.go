@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dsync-dev/dsync/internal/proc"
+	"github.com/dsync-dev/dsync/internal/testenv/proc"
 )
 
 const semSize = 2

@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dsync-dev/dsync/internal/etcdtest"
-	"github.com/dsync-dev/dsync/internal/faultproxy"
-	"github.com/dsync-dev/dsync/internal/redistest"
+	"github.com/dsync-dev/dsync/internal/testenv/etcdtest"
+	"github.com/dsync-dev/dsync/internal/testenv/faultproxy"
+	"github.com/dsync-dev/dsync/internal/testenv/redistest"
 )
 
 // Redlock timing of the scenarios: a max_ttl (the restart quarantine) of

@@ -9,14 +9,14 @@ import (
 	"time"
 
 	"github.com/dsync-dev/dsync"
-	"github.com/dsync-dev/dsync/internal/proc"
+	"github.com/dsync-dev/dsync/internal/testenv/proc"
 	"github.com/dsync-dev/dsync/leader"
 	"github.com/dsync-dev/dsync/locker"
 	"github.com/dsync-dev/dsync/redlock"
 	"github.com/dsync-dev/dsync/semaphore"
 )
 
-// Role is the worker role of the torture suite (see internal/proc): a
+// Role is the worker role of the torture suite (see internal/testenv/proc): a
 // process that loops acquire, critical section on the fenced store,
 // release, and reports every step as an event.
 const Role = "torture"

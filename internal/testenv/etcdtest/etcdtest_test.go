@@ -7,8 +7,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/dsync-dev/dsync/internal/etcdtest"
-	"github.com/dsync-dev/dsync/internal/leakcheck"
+	"github.com/dsync-dev/dsync/internal/testenv/etcdtest"
+	"github.com/dsync-dev/dsync/internal/testenv/leakcheck"
 )
 
 func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dsync-dev/dsync/internal/faultproxy"
-	"github.com/dsync-dev/dsync/internal/leakcheck"
+	"github.com/dsync-dev/dsync/internal/testenv/faultproxy"
+	"github.com/dsync-dev/dsync/internal/testenv/leakcheck"
 )
 
 func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }

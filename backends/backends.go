@@ -1,14 +1,20 @@
 // Package backends is the driver SPI that every dsync backend implements.
 //
 // A driver is a thin adapter over one coordination service (a Redis server,
-// an etcd cluster, process memory). Every method makes exactly one attempt,
-// honours its context and never retries, sleeps or keeps time of its own:
-// retry with jitter, validity, drift, extension, fencing policy and lost-hold
-// detection are written once above this interface, in the locker, semaphore
-// and leader packages.
+// N Redis masters, an etcd cluster, process memory). Every method makes
+// exactly one attempt, honours its context and never retries or sleeps:
+// retry with jitter, validity, drift, extension and its bound, and lost-hold
+// detection are written once above this interface (internal/lease), for
+// every primitive.
 //
-// This package imports nothing but the standard library, so that a driver can
-// be written without pulling in the rest of the module.
+// The SPI has two shapes of answer for an acquisition attempt, and the
+// layer above relies on the difference: plain contention is the bare
+// ErrNotAcquired (err == ErrNotAcquired), and anything else is either final
+// (ErrInvalid, ErrUnsupported, ErrClosed) or an unknown outcome that the
+// caller cleans up with Release. backendtest checks both on every driver.
+//
+// This package imports nothing but the standard library, so that a driver
+// can be written without pulling in the rest of the module.
 package backends
 
 import (
@@ -25,28 +31,47 @@ import (
 type Driver interface {
 	// Acquire makes one attempt to obtain a hold on req.Key for req.TTL.
 	//
-	// It returns ErrNotAcquired when the key is held by someone else (or, for
-	// req.Limit > 1, when every slot is taken). Any other error means the
-	// outcome is unknown: the hold may have been applied on the server after
-	// all, and the caller must release req.Token to be sure.
+	// Plain contention (the key is held by someone else or, for req.Limit
+	// > 1, every slot is taken) returns ErrNotAcquired itself, unwrapped,
+	// and leaves nothing behind. An error matching ErrInvalid, ErrUnsupported
+	// or ErrClosed is final: no retry can cure it, and nothing was applied.
+	// Any other error, a wrapped ErrNotAcquired included, means the outcome
+	// may be unknown: the hold may have been applied on the server after all,
+	// and the caller releases (req.Key, req.Token) to be sure.
 	Acquire(ctx context.Context, req Request) (Grant, error)
 
 	// Refresh resets the time to live of the hold identified by key and token
-	// to ttl (key is the Grant's Key when the driver set one, else the
-	// Request's), measured from the moment the server applies it. It never
+	// (the Request's) to ttl, measured from the moment the server applies it. It never
 	// re-creates a hold that has expired: it returns ErrNotHeld when the hold
 	// is gone or belongs to another token.
 	Refresh(ctx context.Context, key, token string, ttl time.Duration) error
 
 	// Release removes the hold identified by key and token, and only that
-	// hold (key as for Refresh). It returns ErrNotHeld when the hold has expired or belongs to
-	// another token; a newer hold on the same key is never touched.
+	// hold. It returns ErrNotHeld when the hold has expired or belongs to
+	// another token; a newer hold on the same key is never touched. It also
+	// removes whatever an Acquire of the same key and token whose outcome
+	// was unknown may have left.
 	Release(ctx context.Context, key, token string) error
 
 	// Holder reports the current holder of key, or ErrNotHeld when nobody
 	// holds it. For a semaphore key it reports the holder whose hold expires
 	// last.
 	Holder(ctx context.Context, key string) (HolderInfo, error)
+
+	// WatchReleases subscribes to release notices for key, so that waiters
+	// retry at once instead of sleeping out their backoff (Redis pub/sub,
+	// etcd watch). A notice is only a hint: a waiter still retries on its own
+	// schedule, and a wake-up may be spurious or missed. The caller closes
+	// the subscription. A driver without notices returns ErrUnsupported (and
+	// says so in Capabilities.ReleaseNotices), so that a wrapping driver
+	// forwards the method rather than losing it.
+	WatchReleases(ctx context.Context, key string) (Subscription, error)
+
+	// CheckTTL reports, with no I/O, whether the driver accepts ttl: an
+	// *InvalidError naming the problem, or nil. Drivers whose rules go no
+	// further than Capabilities return CheckTTL(ttl, d.Capabilities());
+	// Redlock also needs two rounds of its per-node timeout to fit.
+	CheckTTL(ttl time.Duration) error
 
 	// Capabilities reports what the driver supports. It never changes over
 	// the life of the driver and makes no I/O.
@@ -93,16 +118,11 @@ type Grant struct {
 	// the request when the backend rounds TTLs (etcd: whole seconds, with a
 	// server minimum). Validity is computed from this value.
 	TTL time.Duration
-	// Voters lists the nodes that granted the hold, by index, for drivers
-	// that spread a hold over several servers (Redlock); nil otherwise.
+
+	// Voters and Key are Redlock's, on their way out of the SPI: Redlock is
+	// to keep its slots and voters to itself. Other drivers leave them zero.
 	Voters []int
-	// Key, when not empty, is the key the hold lives under on the driver
-	// (Redlock: one slot lock of a semaphore); the layer above passes it to
-	// Refresh and Release instead of Request.Key. After an Acquire that
-	// failed with an unknown outcome, the caller still releases
-	// Request.Key: a driver that sets Key must remove what such an attempt
-	// may have left before it returns the error.
-	Key string
+	Key    string
 }
 
 // HolderInfo describes the current holder of a key.
@@ -115,6 +135,9 @@ type HolderInfo struct {
 
 // MaxValueSize bounds Request.Value for every driver.
 const MaxValueSize = 64 << 10
+
+// MaxKeySize bounds Request.Key for every driver, in bytes.
+const MaxKeySize = 1024
 
 // Capabilities describes a driver. The layer above checks requests against it
 // at construction time, so that a gap never surfaces later as a surprise.
@@ -135,25 +158,8 @@ type Capabilities struct {
 	// MaxTTL is the largest TTL the driver accepts (Redlock: the bound its
 	// restart quarantine is built on). Zero means no bound.
 	MaxTTL time.Duration
-}
-
-// TTLChecker is implemented by drivers whose acceptable TTLs depend on
-// their configuration beyond Capabilities (Redlock: two rounds of the
-// per-node timeout must fit in the TTL). The portable types call it at
-// construction, so that a bad TTL is an error there, before any I/O.
-type TTLChecker interface {
-	CheckTTL(ttl time.Duration) error
-}
-
-// Notifier is implemented by drivers that can tell waiters that a key was
-// just released, so they retry at once instead of sleeping out their backoff
-// (Redis pub/sub, etcd watch, memory). It is only a hint: a waiter still
-// retries on its own schedule, and a wake-up may be spurious or missed.
-type Notifier interface {
-	// WatchReleases subscribes to release notices for key. The returned
-	// subscription must be closed by the caller. It makes no attempt to wait
-	// for the subscription to be active on the server.
-	WatchReleases(ctx context.Context, key string) (Subscription, error)
+	// ReleaseNotices reports whether WatchReleases delivers notices.
+	ReleaseNotices bool
 }
 
 // Subscription delivers release notices for one key.

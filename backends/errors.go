@@ -60,6 +60,9 @@ func CheckRequest(req Request, caps Capabilities) error {
 	if req.Key == "" {
 		return Invalid("key", "empty")
 	}
+	if len(req.Key) > MaxKeySize {
+		return Invalid("key", "%d bytes exceeds the maximum of %d", len(req.Key), MaxKeySize)
+	}
 	if req.Token == "" {
 		return Invalid("token", "empty")
 	}

@@ -202,13 +202,11 @@ func (e *Election) acquire(ctx context.Context) (*lease.Lease, error) {
 		return nil, fmt.Errorf("%w: election %q: %w", dsync.ErrNotAcquired, e.name, err)
 	}
 	var wake <-chan struct{}
-	if n, ok := e.cfg.Driver.(backends.Notifier); ok {
-		// Subscribe before the first attempt, so that a release between a
-		// failed attempt and the wait is not missed.
-		if sub, err := n.WatchReleases(ctx, e.name); err == nil {
-			defer sub.Close()
-			wake = sub.C()
-		}
+	// Subscribe before the first attempt, so that a release between a
+	// failed attempt and the wait is not missed.
+	if sub, err := e.cfg.Driver.WatchReleases(ctx, e.name); err == nil {
+		defer sub.Close()
+		wake = sub.C()
 	}
 	var dup dupWatch
 	b := e.policy.Start()
@@ -323,11 +321,9 @@ func (e *Election) Observe(ctx context.Context) <-chan dsync.LeaderInfo {
 func (e *Election) observe(ctx context.Context, ch chan<- dsync.LeaderInfo) {
 	defer close(ch)
 	var wake <-chan struct{}
-	if n, ok := e.cfg.Driver.(backends.Notifier); ok {
-		if sub, err := n.WatchReleases(ctx, e.name); err == nil {
-			defer sub.Close()
-			wake = sub.C()
-		}
+	if sub, err := e.cfg.Driver.WatchReleases(ctx, e.name); err == nil {
+		defer sub.Close()
+		wake = sub.C()
 	}
 	t := time.NewTicker(e.observeInterval)
 	defer t.Stop()

@@ -123,13 +123,8 @@ func Config(b *dsync.Backend, key string, limit int, opts *Options) (*lease.Conf
 	if o.TTL == 0 {
 		o.TTL = DefaultTTL
 	}
-	if err := backends.CheckTTL(o.TTL, caps); err != nil {
+	if err := b.Driver().CheckTTL(o.TTL); err != nil {
 		return nil, nil, false, err
-	}
-	if c, ok := b.Driver().(backends.TTLChecker); ok {
-		if err := c.CheckTTL(o.TTL); err != nil {
-			return nil, nil, false, err
-		}
 	}
 	o.DriftFactor = max(orDefault(o.DriftFactor, DefaultDriftFactor), 0)
 	o.DriftMin = max(orDefault(o.DriftMin, DefaultDriftMin), 0)

@@ -507,8 +507,18 @@ func TestNoQuorumErrorsSayWhy(t *testing.T) {
 	}
 }
 
-// withoutNotices hides a driver's release notices (backends.Notifier).
+// withoutNotices hides a driver's release notices.
 type withoutNotices struct{ backends.Driver }
+
+func (withoutNotices) WatchReleases(context.Context, string) (backends.Subscription, error) {
+	return nil, backends.ErrUnsupported
+}
+
+func (d withoutNotices) Capabilities() backends.Capabilities {
+	c := d.Driver.Capabilities()
+	c.ReleaseNotices = false
+	return c
+}
 
 // countingDriver counts acquisition attempts and keeps the driver's
 // release notices.

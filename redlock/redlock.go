@@ -109,8 +109,8 @@ type Driver struct {
 }
 
 var (
-	_ backends.Driver   = (*Driver)(nil)
-	_ backends.Notifier = (*Driver)(nil)
+	_ backends.Driver = (*Driver)(nil)
+	_ backends.Driver = (*Driver)(nil)
 )
 
 // New connects to the nodes (one go-redis client each, configured from the
@@ -164,7 +164,8 @@ func New(ctx context.Context, nodes []*goredis.Options, opts *Options) (*Driver,
 		holds:       map[holdRef]*hold{},
 		idle:        make(chan func()),
 		caps: backends.Capabilities{
-			Name: "redlock", MaxLimit: MaxLimit, Fencing: true,
+			ReleaseNotices: true,
+			Name:           "redlock", MaxLimit: MaxLimit, Fencing: true,
 			TTLResolution: time.Millisecond, MaxTTL: o.MaxTTL,
 		},
 	}
@@ -238,7 +239,7 @@ func (d *Driver) Nodes() []string {
 	return out
 }
 
-// CheckTTL implements backends.TTLChecker: the TTL must fit two rounds of
+// CheckTTL implements backends.Driver: the TTL must fit two rounds of
 // the per-node timeout, and not exceed MaxTTL.
 func (d *Driver) CheckTTL(ttl time.Duration) error {
 	if err := backends.CheckTTL(ttl, d.caps); err != nil {

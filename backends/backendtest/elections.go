@@ -140,7 +140,7 @@ func (s *suite) testElectResign(t *testing.T) {
 	ctx := testContext(t)
 	name := uniqueKey(t)
 	b := s.backend(t)
-	if _, ok := b.Driver().(backends.Notifier); !ok {
+	if !b.Driver().Capabilities().ReleaseNotices {
 		t.Skipf("the %s driver offers no release notices", b.Driver().Capabilities().Name)
 	}
 	ttl := s.electionTTL()
@@ -342,10 +342,7 @@ func (d *cutDriver) Holder(ctx context.Context, key string) (backends.HolderInfo
 }
 
 func (d *cutDriver) CheckTTL(ttl time.Duration) error {
-	if c, ok := d.Driver.(backends.TTLChecker); ok {
-		return c.CheckTTL(ttl)
-	}
-	return nil
+	return d.Driver.CheckTTL(ttl)
 }
 
 // testElectCutOff: a leader cut off from the server (every request fails)

@@ -493,7 +493,7 @@ func (s *suite) testWake(t *testing.T) {
 	ctx := testContext(t)
 	key := uniqueKey(t)
 	b := s.backend(t)
-	if _, ok := b.Driver().(backends.Notifier); !ok {
+	if !b.Driver().Capabilities().ReleaseNotices {
 		t.Skipf("the %s driver offers no release wake-ups", b.Driver().Capabilities().Name)
 	}
 	holder := mustAcquire(t, ctx, newLocker(t, s.backend(t), key, nil))

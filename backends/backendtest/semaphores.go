@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/dsync-dev/dsync"
-	"github.com/dsync-dev/dsync/backends"
 	"github.com/dsync-dev/dsync/internal/testenv/proc"
 	"github.com/dsync-dev/dsync/semaphore"
 )
@@ -192,7 +191,7 @@ func (s *suite) testSemWake(t *testing.T) {
 	ctx := testContext(t)
 	name := uniqueKey(t)
 	b := s.backend(t)
-	if _, ok := b.Driver().(backends.Notifier); !ok {
+	if !b.Driver().Capabilities().ReleaseNotices {
 		t.Fatalf("the %s driver offers no release wake-ups", b.Driver().Capabilities().Name)
 	}
 	full := newSemaphore(t, s.backend(t), name, 2, nil)

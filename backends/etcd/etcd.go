@@ -69,8 +69,8 @@ type Driver struct {
 }
 
 var (
-	_ backends.Driver   = (*Driver)(nil)
-	_ backends.Notifier = (*Driver)(nil)
+	_ backends.Driver = (*Driver)(nil)
+	_ backends.Driver = (*Driver)(nil)
 )
 
 // New returns a driver over client. It makes no I/O. A nil client or an
@@ -111,12 +111,13 @@ func newDriver(client *clientv3.Client, opts *Options, owned bool) (*Driver, err
 		owned:  owned,
 		prefix: prefix,
 		caps: backends.Capabilities{
-			Name:          "etcd",
-			MaxLimit:      MaxSemaphoreSize,
-			Fencing:       true,
-			TTLResolution: time.Second,
-			MinTTL:        minTTL,
-			MaxTTL:        maxTTLSeconds * time.Second,
+			ReleaseNotices: true,
+			Name:           "etcd",
+			MaxLimit:       MaxSemaphoreSize,
+			Fencing:        true,
+			TTLResolution:  time.Second,
+			MinTTL:         minTTL,
+			MaxTTL:         maxTTLSeconds * time.Second,
 		},
 	}
 	d.holds.init()

@@ -31,16 +31,17 @@ type Driver struct {
 }
 
 var (
-	_ backends.Driver   = (*Driver)(nil)
-	_ backends.Notifier = (*Driver)(nil)
+	_ backends.Driver = (*Driver)(nil)
+	_ backends.Driver = (*Driver)(nil)
 )
 
 // caps never change; see Capabilities.
 var caps = backends.Capabilities{
-	Name:          "memory",
-	MaxLimit:      1 << 20,
-	Fencing:       true,
-	TTLResolution: time.Millisecond,
+	ReleaseNotices: true,
+	Name:           "memory",
+	MaxLimit:       1 << 20,
+	Fencing:        true,
+	TTLResolution:  time.Millisecond,
 }
 
 // New returns a driver on opts.Store (a fresh private store by default).

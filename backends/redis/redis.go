@@ -63,10 +63,11 @@ var drawFence, noFence any = "1", "0"
 const maxLimit = 1 << 12
 
 var capabilities = backends.Capabilities{
-	Name:          "redis",
-	MaxLimit:      maxLimit,
-	Fencing:       true,
-	TTLResolution: time.Millisecond,
+	ReleaseNotices: true,
+	Name:           "redis",
+	MaxLimit:       maxLimit,
+	Fencing:        true,
+	TTLResolution:  time.Millisecond,
 }
 
 // Driver is the single-instance Redis driver. It implements backends.Driver
@@ -85,8 +86,8 @@ type Driver struct {
 }
 
 var (
-	_ backends.Driver   = (*Driver)(nil)
-	_ backends.Notifier = (*Driver)(nil)
+	_ backends.Driver = (*Driver)(nil)
+	_ backends.Driver = (*Driver)(nil)
 )
 
 // New returns a driver over client, which may be a plain client, a Sentinel

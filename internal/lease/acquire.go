@@ -81,12 +81,10 @@ func Acquire(ctx context.Context, cfg *Config, key string, policy retry.Policy) 
 		prev = err
 		if !subscribed {
 			subscribed = true
-			if n, ok := cfg.Driver.(backends.Notifier); ok {
-				if sub, serr := n.WatchReleases(ctx, key); serr == nil {
-					defer sub.Close()
-					wake = sub.C()
-					continue // attempt again now that no release can slip by
-				}
+			if sub, serr := cfg.Driver.WatchReleases(ctx, key); serr == nil {
+				defer sub.Close()
+				wake = sub.C()
+				continue // attempt again now that no release can slip by
 			}
 		}
 		if b == nil {

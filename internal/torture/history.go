@@ -150,3 +150,13 @@ func dur(s string) time.Duration {
 	n, _ := strconv.ParseInt(s, 10, 64)
 	return time.Duration(n)
 }
+
+// HoldOf returns the hold of worker acquired at acquired, or nil.
+func (h *History) HoldOf(worker int, acquired time.Duration) *Hold {
+	for _, x := range h.Holds {
+		if x.Worker == worker && x.Acquired == acquired {
+			return x
+		}
+	}
+	return nil
+}

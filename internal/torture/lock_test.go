@@ -1,6 +1,7 @@
 package torture
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -38,27 +39,36 @@ func TestLockContention(t *testing.T) {
 // negative control) the store accepts it and the stale-writes check must
 // say so. It returns the report and the paused worker's hold. The
 // workers' first sleep (cfg.Work) must be long enough for the pause to
-// land in it.
+// land in it; a trial in which it did not (the holder had written or was
+// releasing when SIGSTOP arrived) runs again.
 func pausedHolder(t *testing.T, s *system, cfg WorkerConfig) (*Report, *Hold) {
-	e := newEnv(t)
-	k := cfg.Key
-	e.start(3, s.url(), cfg)
-	e.ready()
-	ev, mark := e.await(0, Is("acquired", nil), "a first holder")
-	paused := e.h.WorkerOf(ev)
-	in := e.inject(PauseClient(paused))
-	_, mark = e.await(mark, AcceptedWrite(paused, true), "an accepted write of the next holder")
-	e.heal(in)
-	e.await(mark, Is("released", paused), "the paused holder's release")
-	e.awaitCount(mark, 3, Is("acquired", nil), "grants after the resume")
-	rep := e.finish(cfg.Prim, k, Spec{Prim: cfg.Prim, TTL: s.ttl, Fencing: !cfg.NoFencing}, open(t, s.url()))
-	for _, h := range rep.History.Holds {
-		if h.Worker == paused.Index() && h.Acquired == ev.At {
-			return rep, h
-		}
+	type judged struct {
+		rep *Report
+		h   *Hold
 	}
-	t.Fatal("the paused hold is not in the history")
-	return nil, nil
+	r := untilLanded(t, func(k string) (judged, string) {
+		cfg := cfg
+		cfg.Key = k
+		e := newEnv(t)
+		e.start(3, s.url(), cfg)
+		e.ready()
+		ev, mark := e.await(0, Is("acquired", nil), "a first holder")
+		paused := e.h.WorkerOf(ev)
+		in := e.inject(PauseClient(paused))
+		// Another holder's accepted write proves the paused hold gone on
+		// the server.
+		_, mark = e.await(mark, AcceptedWrite(paused, true), "an accepted write of the next holder")
+		e.heal(in)
+		e.await(mark, Is("released", paused), "the paused holder's release")
+		e.awaitCount(mark, 3, Is("acquired", nil), "grants after the resume")
+		rep := e.finish(cfg.Prim, k, Spec{Prim: cfg.Prim, TTL: s.ttl, Fencing: !cfg.NoFencing}, open(t, s.url()))
+		h := rep.History.HoldOf(paused.Index(), ev.At)
+		if h == nil {
+			t.Fatal("the paused hold is not in the history")
+		}
+		return judged{rep, h}, pauseMissed(h, rep.Spans[0], true)
+	})
+	return r.rep, r.h
 }
 
 func pausedConfig(k string, ttl time.Duration, noFencing bool) WorkerConfig {
@@ -132,16 +142,18 @@ func TestLockPausedHolderNoFencing(t *testing.T) {
 // plus slack, and the checks pass.
 func TestLockKilledHolder(t *testing.T) {
 	forEach(t, func(t *testing.T, s *system) {
-		e := newEnv(t)
-		k := key(t)
-		cfg := lockConfig(k, s.ttl)
-		cfg.Work = 100 * time.Millisecond
-		e.start(3, s.url(), cfg)
-		e.ready()
-		ev, mark := e.await(0, Is("acquired", nil), "a first holder")
-		e.inject(KillClient(e.h.WorkerOf(ev)))
-		e.awaitCount(mark, 3, Is("acquired", nil), "grants after the death")
-		rep := e.finish(PrimLock, k, s.spec(PrimLock), open(t, s.url()))
+		rep := untilLanded(t, func(k string) (*Report, string) {
+			e := newEnv(t)
+			cfg := lockConfig(k, s.ttl)
+			cfg.Work = 100 * time.Millisecond
+			e.start(3, s.url(), cfg)
+			e.ready()
+			ev, mark := e.await(0, Is("acquired", nil), "a first holder")
+			e.inject(KillClient(e.h.WorkerOf(ev)))
+			e.awaitCount(mark, 3, Is("acquired", nil), "grants after the death")
+			rep := e.finish(PrimLock, k, s.spec(PrimLock), open(t, s.url()))
+			return rep, killMissed(t, rep, ev)
+		})
 		wantOK(t, rep)
 		if r := rep.Result(CheckUnavailable); r.Skipped != "" {
 			t.Errorf("the unavailability check did not run: %s", r.Skipped)
@@ -199,19 +211,40 @@ func TestLockScriptFlush(t *testing.T) {
 
 // redisRestart: the single Redis server is killed and restarted right
 // after a grant, while its holder works on.
+//
+// Without persistence, the scenario is the negative control of exclusion:
+// its fault landed only if another worker was granted the lock after the
+// restart and before the first holder's hold ended, and a trial in which
+// the restart took too long for that runs again.
 func redisRestart(t *testing.T, persistent bool) *Report {
 	t.Parallel()
 	srv := redistest.Start(t, &redistest.Options{Persistent: persistent})
-	e := newEnv(t)
-	k := key(t)
-	cfg := lockConfig(k, time.Second)
-	cfg.Work = 100 * time.Millisecond
-	e.start(3, srv.URL(), cfg)
-	e.ready()
-	_, mark := e.await(0, Is("acquired", nil), "a first holder")
-	e.inject(RestartNode("redis", srv))
-	e.awaitCount(mark, 4, Is("acquired", nil), "grants after the restart")
-	return e.finish(PrimLock, k, lockSpec(time.Second), open(t, srv.URL()))
+	return untilLanded(t, func(k string) (*Report, string) {
+		e := newEnv(t)
+		cfg := lockConfig(k, time.Second)
+		cfg.Work = 250 * time.Millisecond // 3 writes: the first hold lasts until its expiry
+		e.start(3, srv.URL(), cfg)
+		e.ready()
+		first, mark := e.await(0, Is("acquired", nil), "a first holder")
+		e.inject(RestartNode("redis", srv))
+		e.awaitCount(mark, 4, Is("acquired", nil), "grants after the restart")
+		rep := e.finish(PrimLock, k, lockSpec(time.Second), open(t, srv.URL()))
+		if persistent {
+			return rep, ""
+		}
+		h := rep.History.HoldOf(first.Worker, first.At)
+		if h == nil {
+			t.Fatal("the first hold is not in the history")
+		}
+		restarted := rep.Spans[0].Injected
+		for _, o := range rep.History.Holds {
+			if o.Worker != h.Worker && o.Acquired > restarted && o.Acquired < h.End() {
+				return rep, ""
+			}
+		}
+		return rep, fmt.Sprintf("no other worker was granted the lock between the restart (%v after the first grant) and the end of the first hold",
+			ms(restarted-h.Acquired))
+	})
 }
 
 // TestRedisRestartPersistent: with the append-only file fsynced on every

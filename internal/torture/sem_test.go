@@ -1,7 +1,6 @@
 package torture
 
 import (
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -36,35 +35,36 @@ func TestSemContention(t *testing.T) {
 // and once continued the frozen holder learns that it lost its permit.
 func TestSemPausedHolder(t *testing.T) {
 	forEach(t, func(t *testing.T, s *system) {
-		e := newEnv(t)
-		k := key(t)
-		cfg := semConfig(k, s.ttl)
-		cfg.Work = 100 * time.Millisecond // the pause lands in this sleep
-		e.start(4, s.url(), cfg)
-		e.ready()
-		ev, mark := e.await(0, Is("acquired", nil), "a first holder")
-		paused := e.h.WorkerOf(ev)
-		expiry, err := strconv.ParseInt(ev.Fields[1], 10, 64)
-		if err != nil {
-			t.Fatalf("acquired event %v: %v", ev, err)
+		type judged struct {
+			rep *Report
+			h   *Hold
 		}
-		in := e.inject(PauseClient(paused))
-		afterExpiry := func(x proc.Event) bool {
-			return x.Name == "acquired" && x.Worker != paused.Index() && x.At > time.Duration(expiry)
-		}
-		mark = e.awaitCount(mark, 4, afterExpiry, "grants to the others after the frozen permit expired")
-		e.heal(in)
-		e.await(mark, Is("released", paused), "the frozen holder's release")
-		e.awaitCount(mark, 3, Is("acquired", nil), "grants after the resume")
-		rep := e.finish(PrimSem, k, s.spec(PrimSem), open(t, s.url()))
-		wantOK(t, rep)
-		for _, h := range rep.History.Holds {
-			if h.Worker == paused.Index() && h.Acquired == ev.At {
-				wantLossNoticed(t, rep, h)
-				return
+		r := untilLanded(t, func(k string) (judged, string) {
+			e := newEnv(t)
+			cfg := semConfig(k, s.ttl)
+			cfg.Work = 100 * time.Millisecond // the pause lands in this sleep
+			e.start(4, s.url(), cfg)
+			e.ready()
+			ev, mark := e.await(0, Is("acquired", nil), "a first holder")
+			paused := e.h.WorkerOf(ev)
+			in := e.inject(PauseClient(paused))
+			// The others holding every permit at once proves the frozen
+			// permit gone on the server; the frozen hold's expiry then
+			// has passed too (the server never expires it earlier).
+			mark = e.awaitCount(mark, 1, othersHoldAll(paused, semSize), "every permit held by the others at once")
+			e.await(mark, func(x proc.Event) bool { return x.At > monoExpiry(t, ev) }, "the frozen permit's expiry")
+			e.heal(in)
+			e.await(mark, Is("released", paused), "the frozen holder's release")
+			e.awaitCount(mark, 3, Is("acquired", nil), "grants after the resume")
+			rep := e.finish(PrimSem, k, s.spec(PrimSem), open(t, s.url()))
+			h := rep.History.HoldOf(paused.Index(), ev.At)
+			if h == nil {
+				t.Fatal("the frozen hold is not in the history")
 			}
-		}
-		t.Fatal("the frozen hold is not in the history")
+			return judged{rep, h}, pauseMissed(h, rep.Spans[0], false)
+		})
+		wantOK(t, r.rep)
+		wantLossNoticed(t, r.rep, r.h)
 	})
 }
 
@@ -72,16 +72,19 @@ func TestSemPausedHolder(t *testing.T) {
 // permit back when its TTL runs out; never more than Size holders.
 func TestSemKilledHolder(t *testing.T) {
 	forEach(t, func(t *testing.T, s *system) {
-		e := newEnv(t)
-		k := key(t)
-		cfg := semConfig(k, s.ttl)
-		cfg.Work = 100 * time.Millisecond
-		e.start(4, s.url(), cfg)
-		e.ready()
-		ev, mark := e.await(0, Is("acquired", nil), "a first holder")
-		e.inject(KillClient(e.h.WorkerOf(ev)))
-		e.awaitCount(mark, 6, Is("acquired", nil), "grants after the death")
-		wantOK(t, e.finish(PrimSem, k, s.spec(PrimSem), open(t, s.url())))
+		rep := untilLanded(t, func(k string) (*Report, string) {
+			e := newEnv(t)
+			cfg := semConfig(k, s.ttl)
+			cfg.Work = 100 * time.Millisecond
+			e.start(4, s.url(), cfg)
+			e.ready()
+			ev, mark := e.await(0, Is("acquired", nil), "a first holder")
+			e.inject(KillClient(e.h.WorkerOf(ev)))
+			e.awaitCount(mark, 6, Is("acquired", nil), "grants after the death")
+			rep := e.finish(PrimSem, k, s.spec(PrimSem), open(t, s.url()))
+			return rep, killMissed(t, rep, ev)
+		})
+		wantOK(t, rep)
 	}, "redis", "redlock")
 }
 

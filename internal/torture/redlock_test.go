@@ -103,30 +103,45 @@ func TestRedlockMajorityLost(t *testing.T) {
 // reaches all five. Once A holds, node 0 is restarted without persistence,
 // forgetting A's key: nodes 0, 3 and 4 are a free majority for B while A's
 // lease is valid. With quarantine node 0 may not vote and B waits; without
-// (the negative control) B is granted the lock A holds.
+// (the negative control) B is granted the lock A holds. The restart landed
+// only if node 0 was back while A's hold lasted; without quarantine, only
+// if B was granted the lock then. A trial in which it did not runs again.
 func restartUnderHold(t *testing.T, quarantine bool) *Report {
 	t.Parallel()
 	s := newSystem(t, "redlock")
-	e := newEnv(t)
-	k := key(t)
 	extra := fmt.Sprintf("quarantine=%v", quarantine)
-	aURL, ps := s.proxied(extra)
-	for _, p := range ps[3:] {
-		if err := p.Refuse(); err != nil {
-			t.Fatal(err)
+	return untilLanded(t, func(k string) (*Report, string) {
+		e := newEnv(t)
+		aURL, ps := s.proxied(extra)
+		for _, p := range ps[3:] {
+			if err := p.Refuse(); err != nil {
+				t.Fatal(err)
+			}
 		}
-	}
-	cfg := lockConfig(k, rlMaxTTL)
-	cfg.Work = 400 * time.Millisecond // A holds about 1.2s of its 2s
-	a := e.start(1, aURL, cfg)[0]
-	b := e.start(1, s.url(extra), cfg)[0]
-	e.ready()
-	_, mark := e.await(0, Is("acquired", a), "a grant to A")
-	in := e.inject(RestartNode(s.node(0)))
-	ev, _ := e.await(mark, Is("acquired", b), "a grant to B")
-	t.Logf("B granted %v after node 0 was killed to restart", (ev.At - in.Span().Began).Round(time.Millisecond))
-	e.awaitCount(mark, 2, Is("acquired", a), "A's next grants")
-	return e.finish(PrimLock, k, lockSpec(rlMaxTTL), open(t, s.url()))
+		cfg := lockConfig(k, rlMaxTTL)
+		cfg.Work = 400 * time.Millisecond // A holds about 1.2s of its 2s
+		a := e.start(1, aURL, cfg)[0]
+		b := e.start(1, s.url(extra), cfg)[0]
+		e.ready()
+		first, mark := e.await(0, Is("acquired", a), "a grant to A")
+		in := e.inject(RestartNode(s.node(0)))
+		ev, _ := e.await(mark, Is("acquired", b), "a grant to B")
+		t.Logf("B granted %v after node 0 was killed to restart", (ev.At - in.Span().Began).Round(time.Millisecond))
+		e.awaitCount(mark, 2, Is("acquired", a), "A's next grants")
+		rep := e.finish(PrimLock, k, lockSpec(rlMaxTTL), open(t, s.url()))
+		h := rep.History.HoldOf(first.Worker, first.At)
+		if h == nil {
+			t.Fatal("A's first hold is not in the history")
+		}
+		back := rep.Spans[0].Injected
+		switch {
+		case back >= h.End():
+			return rep, fmt.Sprintf("node 0 was back %v after A's hold ended", ms(back-h.End()))
+		case !quarantine && ev.At >= h.End():
+			return rep, fmt.Sprintf("B was granted the lock %v after A's hold ended", ms(ev.At-h.End()))
+		}
+		return rep, ""
+	})
 }
 
 func TestRedlockRestartUnderHold(t *testing.T) {

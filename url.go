@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"slices"
 	"sort"
@@ -96,13 +97,16 @@ func Schemes() []Scheme {
 // ErrUnknownScheme, and an unreachable server fails here within ctx. No error
 // or message contains the URL's password or secret options.
 func Open(ctx context.Context, rawURL string) (*Backend, error) {
+	if !strings.Contains(rawURL, "://") {
+		return nil, noScheme(rawURL)
+	}
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		// url.Error quotes the whole URL, password included.
 		return nil, &InvalidError{Field: "url", Reason: "malformed: " + redactParseError(rawURL, err)}
 	}
 	if u.Scheme == "" || !strings.Contains(rawURL, "://") {
-		return nil, &InvalidError{Field: "url", Reason: fmt.Sprintf("%q has no scheme (want one of %s)", RedactURL(rawURL), strings.Join(schemeNames(), ", "))}
+		return nil, noScheme(rawURL)
 	}
 	name := strings.ToLower(u.Scheme)
 	schemesMu.RLock()
@@ -119,7 +123,7 @@ func Open(ctx context.Context, rawURL string) (*Backend, error) {
 	}
 	d, err := s.OpenDriver(ctx, u)
 	if err != nil {
-		return nil, &redactedError{err: fmt.Errorf("dsync: open %s: %w", redacted, err), secrets: secretsOf(u)}
+		return nil, &openError{url: redacted, err: err, secrets: secretsOf(u)}
 	}
 	b, err := NewBackend(d, &BackendOptions{Name: redacted, Defaults: defaults})
 	if err != nil {
@@ -127,6 +131,16 @@ func Open(ctx context.Context, rawURL string) (*Backend, error) {
 		return nil, err
 	}
 	return b, nil
+}
+
+// noScheme is the error of a URL without a scheme; a bare host:port (the
+// most common slip) gets a suggestion.
+func noScheme(rawURL string) error {
+	reason := fmt.Sprintf("%q has no scheme (want one of %s)", RedactURL(rawURL), strings.Join(schemeNames(), ", "))
+	if host, port, err := net.SplitHostPort(rawURL); err == nil && host != "" && port != "" && !strings.ContainsAny(rawURL, "@/?# ") {
+		reason = fmt.Sprintf("%q has no scheme: did you mean redis://%s? (schemes: %s)", rawURL, rawURL, strings.Join(schemeNames(), ", "))
+	}
+	return &InvalidError{Field: "url", Reason: reason}
 }
 
 func schemeNames() []string {
@@ -296,34 +310,54 @@ func secretsOf(u *url.URL) []string {
 	return out
 }
 
+// redactParseError words the error of a URL that did not parse, whose
+// password url.Parse could not extract: it is cut out of the raw text.
 func redactParseError(rawURL string, err error) string {
 	var ue *url.Error
 	if errors.As(err, &ue) {
 		err = ue.Err
 	}
 	msg := err.Error()
-	if u, perr := url.Parse(rawURL); perr == nil && u.User != nil {
-		if p, ok := u.User.Password(); ok && p != "" {
-			msg = strings.ReplaceAll(msg, p, "xxxxx")
-		}
+	if p := rawPassword(rawURL); p != "" {
+		msg = strings.ReplaceAll(msg, p, "xxxxx")
 	}
 	return msg + " (in " + RedactURL(rawURL) + ")"
 }
 
-// redactedError scrubs secrets from a wrapped error's message while keeping
-// it unwrappable, so that a driver error that echoes a password cannot leak
-// it.
-type redactedError struct {
+// rawPassword is the text between the first ":" and the last "@" of a
+// URL's authority, found without parsing.
+func rawPassword(rawURL string) string {
+	_, rest, ok := strings.Cut(rawURL, "://")
+	if !ok {
+		return ""
+	}
+	if i := strings.IndexAny(rest, "/?#"); i >= 0 {
+		rest = rest[:i]
+	}
+	at := strings.LastIndex(rest, "@")
+	if at < 0 {
+		return ""
+	}
+	_, pw, _ := strings.Cut(rest[:at], ":")
+	return pw
+}
+
+// openError is the error of a driver that failed to open: it names the
+// URL, redacted, and scrubs the URL's secrets from the driver's message
+// while keeping it unwrappable, so that a driver error that echoes a
+// password cannot leak it.
+type openError struct {
+	url     string
 	err     error
 	secrets []string
 }
 
-func (e *redactedError) Error() string {
-	msg := e.err.Error()
+func (e *openError) Error() string {
+	msg := "dsync: open " + e.url + ": " + strings.TrimPrefix(e.err.Error(), "dsync: ")
 	for _, s := range e.secrets {
 		msg = strings.ReplaceAll(msg, s, "xxxxx")
 	}
 	return msg
 }
 
-func (e *redactedError) Unwrap() error { return e.err }
+func (e *openError) Unwrap() error { return e.err }

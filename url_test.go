@@ -26,8 +26,11 @@ func init() {
 		Options: []dsync.OptionDoc{{Name: "flavour", Default: "plain", Doc: "test option"}, {Name: "addr", Repeatable: true}, {Name: "apikey", Secret: true}},
 		OpenDriver: func(ctx context.Context, u *url.URL) (backends.Driver, error) {
 			lastURL = u
-			if u.Hostname() == "fail" {
+			switch u.Hostname() {
+			case "fail":
 				return nil, fmt.Errorf("cannot reach %s", u.String())
+			case "invalid":
+				return nil, backends.Invalid("url", "host %q names no test server", u.Host)
 			}
 			return memory.New(nil), nil
 		},
@@ -58,6 +61,8 @@ func TestOpenErrors(t *testing.T) {
 		{"nosuch://h", dsync.ErrUnknownScheme, "forgotten import"},
 		{"nosuch://h", dsync.ErrUnknownScheme, "urltest"},
 		{"h:6379", dsync.ErrInvalid, "no scheme"},
+		{"127.0.0.1:6379", dsync.ErrInvalid, "did you mean redis://127.0.0.1:6379?"},
+		{"urltest://h/?fail=", dsync.ErrInvalid, `"fail"`},
 		{"", dsync.ErrInvalid, "no scheme"},
 		{"urltest://h:port/", dsync.ErrInvalid, "malformed"},
 		{"urltest://h/?colour=red", dsync.ErrInvalid, `"colour"`},
@@ -87,6 +92,9 @@ func TestOpenNeverPrintsSecrets(t *testing.T) {
 		"urltest://:hunter2@fail:1/?token=k3y-secret",
 		"urltest://user:hunter2@h:port/?apikey=k3y-secret",
 		"urltest://user:hunter2@h/?colour=k3y-secret&password=k3y-secret",
+		"urltest://user:hunter2@h:99x/",
+		"urltest://:hunter2@h:p%zz/",
+		"hunter2@h:6379",
 	} {
 		_, err := dsync.Open(context.Background(), raw)
 		if err == nil {
@@ -103,6 +111,18 @@ func TestOpenNeverPrintsSecrets(t *testing.T) {
 	defer b.Close()
 	if s := b.String(); strings.Contains(s, "hunter2") || strings.Contains(s, "k3y-secret") || !strings.Contains(s, "flavour=x") {
 		t.Errorf("Backend.String() = %q: want secrets redacted and the rest kept", s)
+	}
+}
+
+// TestOpenErrorSaysOpenOnce: a driver's error that is a dsync error does
+// not stutter behind Open's prefix.
+func TestOpenErrorSaysOpenOnce(t *testing.T) {
+	_, err := dsync.Open(context.Background(), "urltest://invalid/")
+	if err == nil {
+		t.Fatal("Open succeeded")
+	}
+	if !errors.Is(err, dsync.ErrInvalid) || strings.Count(err.Error(), "dsync:") != 1 {
+		t.Errorf("Open = %q: want one dsync: prefix, matching ErrInvalid", err)
 	}
 }
 

@@ -10,6 +10,7 @@
 //
 //	bench run [flags] -out FILE.json      measure, writing per-round samples
 //	bench report -full F -pinned P -dir D  write D/latest.md, latest.json, contention.png
+//	bench compare -old F,... -new F,...    two builds' runs side by side (compare.sh)
 //
 // Every target runs in every round, in a short slice per scenario, in an
 // order rotated each round, so that all see the same machine noise; ratios
@@ -48,6 +49,8 @@ func main() {
 		err = runCmd(ctx, os.Args[2:])
 	case "report":
 		err = reportCmd(os.Args[2:])
+	case "compare":
+		err = compareCmd(os.Args[2:], os.Stdout)
 	default:
 		usage(os.Stderr)
 		os.Exit(2)
@@ -59,7 +62,7 @@ func main() {
 }
 
 func usage(w io.Writer) {
-	fmt.Fprintln(w, "usage: bench run [flags] -out FILE.json | bench report -full FILE.json [-pinned FILE.json] -dir DIR")
+	fmt.Fprintln(w, "usage: bench run [flags] -out FILE.json | bench report -full FILE.json [-pinned FILE.json] -dir DIR | bench compare -old F,... -new F,...")
 }
 
 // Config is what a run measures.

@@ -7,6 +7,7 @@ import (
 
 	"github.com/dsync-dev/dsync"
 	_ "github.com/dsync-dev/dsync/backends/memory"
+	"github.com/dsync-dev/dsync/leader"
 	"github.com/dsync-dev/dsync/locker"
 )
 
@@ -54,4 +55,64 @@ func ExampleLocker_TryAcquire() {
 	// first token: 1
 	// dsync: not acquired: "job" is held by another owner
 	// after release, token: 2
+}
+
+// fencedStore stands in for the resource a lock protects: it refuses a
+// write whose fencing token is below the largest it has accepted.
+type fencedStore struct{ last uint64 }
+
+func (s *fencedStore) Write(token uint64, v string) error {
+	if token < s.last {
+		return fmt.Errorf("stale token %d (last %d): write of %q refused", token, s.last, v)
+	}
+	s.last = token
+	return nil
+}
+
+// By hand: acquire, hand the fencing token to the protected resource,
+// extend, release. A holder that lost its lease (paused past its TTL, say)
+// writes with an older token than its successor, and the resource refuses.
+func Example_fencing() {
+	ctx := context.Background()
+	b, _ := dsync.Open(ctx, "memory://example-fencing")
+	defer b.Close()
+	l, _ := locker.New(b, "ledger", &locker.Options{TTL: 50 * time.Millisecond, DriftMin: -1})
+	store := &fencedStore{}
+
+	old, _ := l.Acquire(ctx)
+	fmt.Println("extend:", old.Extend(ctx))
+	<-old.Done() // not extended again: lost when its validity runs out
+	fmt.Println("old lease:", old.Err())
+
+	cur, _ := l.Acquire(ctx)
+	fmt.Println(store.Write(cur.Token(), "new"))
+	fmt.Println(store.Write(old.Token(), "late")) // the old holder, waking up
+	fmt.Println("release:", cur.Release(ctx))
+	// Output:
+	// extend: <nil>
+	// old lease: dsync: lease lost: "ledger": its validity ran out
+	// <nil>
+	// stale token 1 (last 2): write of "late" refused
+	// release: <nil>
+}
+
+// Observe reports every change of leader, "no leader" included, to any
+// process that watches an election, without campaigning.
+func Example_observe() {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	b, _ := dsync.Open(ctx, "memory://example-observe")
+	defer b.Close()
+	a, _ := leader.New(b, "scheduler", "worker-a", nil)
+
+	changes := a.Observe(ctx)
+	fmt.Printf("leader: %q\n", (<-changes).ID)
+	term, _ := a.Campaign(ctx)
+	fmt.Printf("leader: %q\n", (<-changes).ID)
+	_ = term.Resign(ctx)
+	fmt.Printf("leader: %q\n", (<-changes).ID)
+	// Output:
+	// leader: ""
+	// leader: "worker-a"
+	// leader: ""
 }

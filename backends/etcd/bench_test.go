@@ -12,6 +12,7 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/dsync-dev/dsync"
+	"github.com/dsync-dev/dsync/backends"
 	"github.com/dsync-dev/dsync/backends/etcd"
 	"github.com/dsync-dev/dsync/internal/testenv/etcdtest"
 	mix "github.com/dsync-dev/dsync/internal/testenv/interleave"
@@ -319,4 +320,35 @@ func contend(b *testing.B, cycle func(g int) func(context.Context) error) {
 	if b.N >= 10*contenders {
 		b.ReportMetric(float64(lo)/float64(hi), "min/max-share")
 	}
+}
+
+// BenchmarkRefreshRatio interleaves one Refresh of a held lock through the
+// driver (what every extension costs) with one raw clientv3 KeepAliveOnce
+// of a lease, the floor of any lease renewal, and reports their ratio.
+func BenchmarkRefreshRatio(b *testing.B) {
+	c, cli := benchServer(b, false)
+	ctx := context.Background()
+	d, err := etcd.New(cli, &etcd.Options{MinTTL: c.MinLeaseTTL()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = d.Close() })
+	if _, err := d.Acquire(ctx, backends.Request{Key: "refresh", Token: "t", TTL: benchTTL}); err != nil {
+		b.Fatal(err)
+	}
+	lg, err := cli.Grant(ctx, int64(benchTTL/time.Second))
+	if err != nil {
+		b.Fatal(err)
+	}
+	refresh := func() {
+		if err := d.Refresh(ctx, "refresh", "t", benchTTL); err != nil {
+			b.Fatal(err)
+		}
+	}
+	keepAlive := func() {
+		if _, err := cli.KeepAliveOnce(ctx, lg.ID); err != nil {
+			b.Fatal(err)
+		}
+	}
+	interleave(b, "refresh", refresh, "keepalive", keepAlive)
 }

@@ -145,7 +145,6 @@ func openURL(ctx context.Context, u *url.URL) (backends.Driver, error) {
 		cancelClient()
 		return nil, fmt.Errorf("%s: %w", where, joinCtx(ctx, err))
 	}
-	sent := time.Now()
 	probe, err := client.Grant(ctx, 1)
 	if err != nil {
 		var cause error
@@ -171,9 +170,7 @@ func openURL(ctx context.Context, u *url.URL) (backends.Driver, error) {
 		cancelClient()
 		return nil, err
 	}
-	d.seen(probe.ResponseHeader)
-	// The probe's lease holds no key: the first short-TTL Acquire uses it.
-	d.pool.put(idleLease{id: probe.ID, secs: 1, ttl: probe.TTL, renewed: sent}, time.Now())
+	d.revoke(ctx, probe.ID) // the probe's lease holds no key
 	if !stop() {
 		// ctx ended just now and cancelled the client.
 		_ = d.Close()

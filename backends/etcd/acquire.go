@@ -1,0 +1,157 @@
+package etcd
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/dsync-dev/dsync/backends"
+)
+
+// attempt is one acquisition: the request and the etcd keys it involves.
+type attempt struct {
+	req   backends.Request
+	limit int              // req.Limit, at least 1
+	lk    string           // the lock key of req.Key
+	sp    string           // the prefix of req.Key's permits: lk + "/"
+	hk    string           // the hold's key: lk, or a permit key below sp
+	val   string           // the hold's stored value
+	lease clientv3.LeaseID // granted for this attempt alone
+}
+
+// Acquire makes one attempt to hold req.Key: a lock when req.Limit is 0 or
+// 1, a permit of a semaphore of req.Limit permits otherwise. It grants a
+// lease for this hold alone and runs one transaction:
+//
+//   - a lock puts the lock key on the lease if neither it nor any permit of
+//     a semaphore of the same name exists;
+//   - a permit puts its own key, named after the lease, below the
+//     semaphore's prefix unless the name is held as a lock, and reads the
+//     first req.Limit keys there by create revision: the permit is granted
+//     if its key is among them and their recorded sizes agree with
+//     req.Limit.
+//
+// An attempt that gets nothing revokes its lease, which deletes whatever it
+// put, and returns ErrNotAcquired, or the error of backends.LimitMismatch
+// when the name's live holds were taken with another limit (a lock has
+// limit 1). Grant.Fence is the hold key's create revision; Grant.TTL is the
+// lease's TTL as the server granted it: req.TTL rounded up to whole seconds
+// and raised to the cluster's minimum. Any other error leaves the outcome
+// unknown, as the SPI says; a Release of req.Key and req.Token removes
+// whatever the attempt left.
+func (d *Driver) Acquire(ctx context.Context, req backends.Request) (backends.Grant, error) {
+	if d.closed.Load() {
+		return backends.Grant{}, backends.ErrClosed
+	}
+	if err := backends.CheckRequest(req, d.caps); err != nil {
+		return backends.Grant{}, err
+	}
+	lk, err := d.begin(req.Key, req.Token)
+	if err != nil {
+		return backends.Grant{}, err
+	}
+	secs, err := d.ttlSeconds(req.TTL)
+	if err != nil {
+		return backends.Grant{}, err
+	}
+	lease, err := d.client.Grant(ctx, secs)
+	if err != nil {
+		// A lease granted without our knowing it holds no key and expires.
+		return backends.Grant{}, d.wrap(err)
+	}
+	d.seen(lease.ResponseHeader)
+	a := attempt{req: req, limit: max(req.Limit, 1), lk: lk, sp: lk + "/", lease: lease.ID}
+	if a.limit == 1 {
+		a.hk, a.val = lk, encodeValue(req.Token, req.Value)
+	} else {
+		a.hk, a.val = permitKey(lk, lease.ID), encodePermitValue(req.Token, a.limit, req.Value)
+	}
+	tr, err := d.txnAcquire(ctx, a)
+	if err != nil {
+		// Revoking the lease undoes the transaction if it was applied.
+		d.revoke(ctx, a.lease)
+		return backends.Grant{}, d.wrap(err)
+	}
+	if a.limit > 1 {
+		err = d.permitOutcome(ctx, a, tr)
+	} else {
+		err = d.lockOutcome(ctx, a, tr)
+	}
+	if err != nil {
+		return backends.Grant{}, err
+	}
+	g := backends.Grant{TTL: time.Duration(lease.TTL) * time.Second}
+	if req.Fence {
+		g.Fence = uint64(tr.Header.Revision)
+	}
+	return g, nil
+}
+
+// txnAcquire is the acquisition's transaction.
+func (d *Driver) txnAcquire(ctx context.Context, a attempt) (*clientv3.TxnResponse, error) {
+	txn := d.client.Txn(ctx)
+	if a.limit == 1 {
+		txn = txn.If(
+			clientv3.Compare(clientv3.CreateRevision(a.lk), "=", 0),
+			clientv3.Compare(clientv3.CreateRevision(a.sp), "=", 0).WithPrefix(), // no permit of the name
+		).Then(
+			clientv3.OpPut(a.lk, a.val, clientv3.WithLease(a.lease)),
+		).Else(
+			clientv3.OpGet(a.sp, clientv3.WithFirstCreate()...),
+		)
+	} else {
+		txn = txn.If(
+			clientv3.Compare(clientv3.CreateRevision(a.lk), "=", 0), // the name is no lock's
+		).Then(
+			clientv3.OpPut(a.hk, a.val, clientv3.WithLease(a.lease)),
+			// A transaction's reads see its writes: the new key is among
+			// these if it is one of the first a.limit.
+			clientv3.OpGet(a.sp, clientv3.WithPrefix(),
+				clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend),
+				clientv3.WithLimit(int64(a.limit))),
+		)
+	}
+	resp, err := txn.Commit()
+	if err == nil {
+		d.seen(resp.Header)
+	}
+	return resp, err
+}
+
+// lockOutcome turns a lock's transaction into Acquire's error: nil when
+// it put the key.
+func (d *Driver) lockOutcome(ctx context.Context, a attempt, tr *clientv3.TxnResponse) error {
+	if tr.Succeeded {
+		return nil
+	}
+	d.revoke(ctx, a.lease) // it holds no key
+	if kvs := tr.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
+		if _, limit, _, ok := decodePermitValue(kvs[0].Value); ok {
+			return backends.LimitMismatch(a.req.Key, 1, limit)
+		}
+	}
+	d.notify.refused(a.lk, tr.Header.Revision, nil)
+	return backends.ErrNotAcquired
+}
+
+// revoke revokes the lease of an attempt that got nothing, as a courtesy
+// to the server: a lease that stays holds no key, and expires.
+func (d *Driver) revoke(ctx context.Context, lease clientv3.LeaseID) {
+	if resp, err := d.client.Revoke(ctx, lease); err == nil {
+		d.seen(resp.Header)
+	}
+}
+
+// revokeAttempt revokes the lease of a permit attempt that got no permit,
+// deleting its key: nothing is left behind. If that fails, the key may
+// stay until the lease expires, and the attempt's outcome is unknown.
+func (d *Driver) revokeAttempt(ctx context.Context, a attempt) error {
+	resp, err := d.client.Revoke(ctx, a.lease)
+	if err != nil {
+		return fmt.Errorf("etcd: revoking the lease of an attempt that got no permit: %w", d.wrap(err))
+	}
+	d.seen(resp.Header)
+	return nil
+}

@@ -2,9 +2,10 @@ package etcd
 
 import (
 	"context"
-	"fmt"
+	"errors"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/dsync-dev/dsync/backends"
@@ -18,12 +19,42 @@ type attempt struct {
 	sp    string           // the prefix of req.Key's permits: lk + "/"
 	hk    string           // the hold's key: lk, or a permit key below sp
 	val   string           // the hold's stored value
-	lease clientv3.LeaseID // granted for this attempt alone
+	lease clientv3.LeaseID // no other key is on it
+	secs  int64            // the TTL requested, in whole seconds
+}
+
+// lease returns a lease for an attempt and its TTL in seconds as the
+// server applied it: an idle lease of the driver's, renewed now, or a
+// lease granted now. Either lives at least that TTL from the call's start.
+func (d *Driver) lease(ctx context.Context, secs int64) (clientv3.LeaseID, int64, error) {
+	for {
+		id, ok := d.pool.take(secs)
+		if !ok {
+			break
+		}
+		ka, err := d.client.KeepAliveOnce(ctx, id)
+		if err == nil {
+			d.seen(ka.ResponseHeader)
+			return id, ka.TTL, nil
+		}
+		if !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			return 0, 0, d.wrap(err)
+		}
+		// It expired while idle.
+	}
+	resp, err := d.client.Grant(ctx, secs)
+	if err != nil {
+		// A lease granted without our knowing it holds no key and expires.
+		return 0, 0, d.wrap(err)
+	}
+	d.seen(resp.ResponseHeader)
+	return resp.ID, resp.TTL, nil
 }
 
 // Acquire makes one attempt to hold req.Key: a lock when req.Limit is 0 or
-// 1, a permit of a semaphore of req.Limit permits otherwise. It grants a
-// lease for this hold alone and runs one transaction:
+// 1, a permit of a semaphore of req.Limit permits otherwise. It takes a
+// lease that no key is on (an idle lease of the driver's, renewed, or a
+// fresh grant) and runs one transaction:
 //
 //   - a lock puts the lock key on the lease if neither it nor any permit of
 //     a semaphore of the same name exists;
@@ -33,14 +64,13 @@ type attempt struct {
 //     if its key is among them and their recorded sizes agree with
 //     req.Limit.
 //
-// An attempt that gets nothing revokes its lease, which deletes whatever it
-// put, and returns ErrNotAcquired, or the error of backends.LimitMismatch
-// when the name's live holds were taken with another limit (a lock has
-// limit 1). Grant.Fence is the hold key's create revision; Grant.TTL is the
-// lease's TTL as the server granted it: req.TTL rounded up to whole seconds
-// and raised to the cluster's minimum. Any other error leaves the outcome
-// unknown, as the SPI says; a Release of req.Key and req.Token removes
-// whatever the attempt left.
+// An attempt that gets nothing leaves no key behind and returns ErrNotAcquired, or the error
+// of backends.LimitMismatch when the name's live holds were taken with
+// another limit (a lock has limit 1). Grant.Fence is the hold key's create
+// revision; Grant.TTL is the lease's TTL as the server applied it: req.TTL
+// rounded up to whole seconds and raised to the cluster's minimum. Any
+// other error leaves the outcome unknown, as the SPI says; a Release of
+// req.Key and req.Token removes whatever the attempt left.
 func (d *Driver) Acquire(ctx context.Context, req backends.Request) (backends.Grant, error) {
 	if d.closed.Load() {
 		return backends.Grant{}, backends.ErrClosed
@@ -56,17 +86,15 @@ func (d *Driver) Acquire(ctx context.Context, req backends.Request) (backends.Gr
 	if err != nil {
 		return backends.Grant{}, err
 	}
-	lease, err := d.client.Grant(ctx, secs)
+	lease, ttl, err := d.lease(ctx, secs)
 	if err != nil {
-		// A lease granted without our knowing it holds no key and expires.
-		return backends.Grant{}, d.wrap(err)
+		return backends.Grant{}, err
 	}
-	d.seen(lease.ResponseHeader)
-	a := attempt{req: req, limit: max(req.Limit, 1), lk: lk, sp: lk + "/", lease: lease.ID}
+	a := attempt{req: req, limit: max(req.Limit, 1), lk: lk, sp: lk + "/", lease: lease, secs: secs}
 	if a.limit == 1 {
 		a.hk, a.val = lk, encodeValue(req.Token, req.Value)
 	} else {
-		a.hk, a.val = permitKey(lk, lease.ID), encodePermitValue(req.Token, a.limit, req.Value)
+		a.hk, a.val = permitKey(lk, lease), encodePermitValue(req.Token, a.limit, req.Value)
 	}
 	tr, err := d.txnAcquire(ctx, a)
 	if err != nil {
@@ -82,7 +110,8 @@ func (d *Driver) Acquire(ctx context.Context, req backends.Request) (backends.Gr
 	if err != nil {
 		return backends.Grant{}, err
 	}
-	g := backends.Grant{TTL: time.Duration(lease.TTL) * time.Second}
+	d.pool.hold(req.Key, req.Token, heldLease{lease: lease, secs: secs, key: a.hk, rev: tr.Header.Revision})
+	g := backends.Grant{TTL: time.Duration(ttl) * time.Second}
 	if req.Fence {
 		g.Fence = uint64(tr.Header.Revision)
 	}
@@ -103,6 +132,7 @@ func (d *Driver) txnAcquire(ctx context.Context, a attempt) (*clientv3.TxnRespon
 		)
 	} else {
 		txn = txn.If(
+			clientv3.Compare(clientv3.CreateRevision(a.hk), "=", 0),
 			clientv3.Compare(clientv3.CreateRevision(a.lk), "=", 0), // the name is no lock's
 		).Then(
 			clientv3.OpPut(a.hk, a.val, clientv3.WithLease(a.lease)),
@@ -111,6 +141,8 @@ func (d *Driver) txnAcquire(ctx context.Context, a attempt) (*clientv3.TxnRespon
 			clientv3.OpGet(a.sp, clientv3.WithPrefix(),
 				clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend),
 				clientv3.WithLimit(int64(a.limit))),
+		).Else(
+			clientv3.OpGet(a.lk, clientv3.WithCountOnly()),
 		)
 	}
 	resp, err := txn.Commit()
@@ -126,7 +158,7 @@ func (d *Driver) lockOutcome(ctx context.Context, a attempt, tr *clientv3.TxnRes
 	if tr.Succeeded {
 		return nil
 	}
-	d.revoke(ctx, a.lease) // it holds no key
+	d.idle(ctx, a) // nothing was written
 	if kvs := tr.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
 		if _, limit, _, ok := decodePermitValue(kvs[0].Value); ok {
 			return backends.LimitMismatch(a.req.Key, 1, limit)
@@ -136,22 +168,18 @@ func (d *Driver) lockOutcome(ctx context.Context, a attempt, tr *clientv3.TxnRes
 	return backends.ErrNotAcquired
 }
 
-// revoke revokes the lease of an attempt that got nothing, as a courtesy
-// to the server: a lease that stays holds no key, and expires.
+// idle returns the lease of an attempt that wrote nothing to the pool,
+// or revokes it.
+func (d *Driver) idle(ctx context.Context, a attempt) {
+	if !d.pool.give(a.secs, a.lease) {
+		d.revoke(ctx, a.lease)
+	}
+}
+
+// revoke revokes a lease that holds no key, or the key of an attempt that
+// got nothing, as a courtesy to the server: a lease that stays expires.
 func (d *Driver) revoke(ctx context.Context, lease clientv3.LeaseID) {
 	if resp, err := d.client.Revoke(ctx, lease); err == nil {
 		d.seen(resp.Header)
 	}
-}
-
-// revokeAttempt revokes the lease of a permit attempt that got no permit,
-// deleting its key: nothing is left behind. If that fails, the key may
-// stay until the lease expires, and the attempt's outcome is unknown.
-func (d *Driver) revokeAttempt(ctx context.Context, a attempt) error {
-	resp, err := d.client.Revoke(ctx, a.lease)
-	if err != nil {
-		return fmt.Errorf("etcd: revoking the lease of an attempt that got no permit: %w", d.wrap(err))
-	}
-	d.seen(resp.Header)
-	return nil
 }

@@ -352,3 +352,42 @@ func BenchmarkRefreshRatio(b *testing.B) {
 	}
 	interleave(b, "refresh", refresh, "keepalive", keepAlive)
 }
+
+// BenchmarkLeaseReuse interleaves one uncontended Acquire+Release through
+// the locker on a driver that reuses its leases with one on a driver that
+// grants a lease per attempt (and lets it expire after the release), on
+// the same member, and reports their ratio (reuse/grant). Reuse replaces a
+// grant, a raft write, with a renewal, which the leader answers alone.
+func BenchmarkLeaseReuse(b *testing.B) {
+	for _, fsync := range []bool{true, false} {
+		b.Run(fmt.Sprintf("fsync=%v", fsync), func(b *testing.B) {
+			c, cli := benchServer(b, fsync)
+			ctx := context.Background()
+			cycle := func(name string, reuse bool) func() {
+				d, err := etcd.New(cli, &etcd.Options{MinTTL: c.MinLeaseTTL()})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if !reuse {
+					etcd.DisableLeaseReuse(d)
+				}
+				backend, err := dsync.NewBackend(d, nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.Cleanup(func() { _ = backend.Close() })
+				l, err := locker.New(backend, name, &locker.Options{TTL: benchTTL})
+				if err != nil {
+					b.Fatal(err)
+				}
+				run := lockerCycle(l)
+				return func() {
+					if err := run(ctx); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			interleave(b, "reuse", cycle("reuse", true), "grant", cycle("grant", false))
+		})
+	}
+}

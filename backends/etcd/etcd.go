@@ -41,8 +41,7 @@ type Options struct {
 }
 
 // Driver is the etcd driver. It implements backends.Driver and is safe for
-// concurrent use. It keeps no state about holds: every answer comes from
-// etcd.
+// concurrent use. Every answer about a hold comes from etcd.
 type Driver struct {
 	client *clientv3.Client
 	owned  bool // Close closes client: it was created from a URL
@@ -52,6 +51,8 @@ type Driver struct {
 	// rev is the highest store revision any response has shown; a release
 	// watch starts just after it, which etcd serves from its synced path.
 	rev atomic.Int64
+
+	pool leasePool
 
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -109,6 +110,7 @@ func newDriver(client *clientv3.Client, opts *Options, owned bool) (*Driver, err
 			MaxTTL:         maxTTLSeconds * time.Second,
 		},
 	}
+	d.pool.init()
 	d.notify.init(d)
 	return d, nil
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
@@ -327,7 +328,8 @@ func (r *replyDropper) intercept(ctx context.Context, method string, req, reply 
 }
 
 func isReleaseTxn(method string, req any) bool {
-	return method == "/etcdserverpb.Lease/LeaseRevoke"
+	tr, ok := req.(*pb.TxnRequest)
+	return ok && method == "/etcdserverpb.KV/Txn" && len(tr.Success) == 1 && tr.Success[0].GetRequestDeleteRange() != nil
 }
 
 // releaseDroppingDriver returns a driver over a client of its own whose
@@ -483,6 +485,57 @@ func TestHolder(t *testing.T) {
 	}
 	if _, err := d.Acquire(ctx, req("foreign", "t", time.Second)); !errors.Is(err, backends.ErrNotAcquired) {
 		t.Fatalf("Acquire of a foreign key = %v, want ErrNotAcquired", err)
+	}
+}
+
+// TestLeaseReuse checks that the driver reuses the lease of a released hold
+// or of a lost race, renewed to a full TTL, so that neither costs a grant,
+// and that leases never pile up on the server.
+func TestLeaseReuse(t *testing.T) {
+	c := etcdtest.Start(t, nil)
+	d, cli := newDriver(t, c)
+	other, _ := newDriver(t, c)
+	ctx := testCtx(t)
+	leaseOf := func(name string) clientv3.LeaseID {
+		t.Helper()
+		resp := getKey(t, ctx, d, cli, name)
+		if len(resp.Kvs) != 1 {
+			t.Fatalf("%s not held", name)
+		}
+		return clientv3.LeaseID(resp.Kvs[0].Lease)
+	}
+
+	mustAcquire(t, ctx, d, req("a", "1", 3*time.Second))
+	first := leaseOf("a")
+	if err := d.Release(ctx, "a", "1"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1100 * time.Millisecond) // the idle lease's TTL runs down
+	mustAcquire(t, ctx, d, req("b", "2", 3*time.Second))
+	if got := leaseOf("b"); got != first {
+		t.Errorf("second hold on lease %x, want the released hold's %x reused", got, first)
+	}
+	if lt, err := cli.TimeToLive(ctx, first); err != nil || lt.TTL < 2 {
+		t.Errorf("reused lease has %d s left (%v): not renewed to its 3 s TTL", lt.TTL, err)
+	}
+
+	// A lost race keeps its lease for the next attempt.
+	mustAcquire(t, ctx, other, req("busy", "x", 3*time.Second))
+	before, err := cli.Leases(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 50 {
+		if _, err := d.Acquire(ctx, req("busy", fmt.Sprint("y", i), 3*time.Second)); !errors.Is(err, backends.ErrNotAcquired) {
+			t.Fatalf("Acquire of a held key = %v", err)
+		}
+	}
+	after, err := cli.Leases(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(after.Leases) - len(before.Leases); n > 1 {
+		t.Errorf("50 lost races left %d more leases on the server, want at most 1", n)
 	}
 }
 
@@ -739,4 +792,3 @@ func TestConcurrentUse(t *testing.T) {
 		t.Fatalf("%d exclusion violations", n)
 	}
 }
-

@@ -11,33 +11,29 @@ import (
 	"github.com/dsync-dev/dsync/backends"
 )
 
-// lookup reads from etcd the lease of the hold (lock or permit) of key
-// owned by token, in one request of the lock key lk and the semaphore's
-// keys below it, or returns ErrNotHeld.
-func (d *Driver) lookup(ctx context.Context, key, token string) (clientv3.LeaseID, string, error) {
-	lk, err := d.begin(key, token)
-	if err != nil {
-		return 0, "", err
-	}
+// lookup reads from etcd the hold (lock or permit) of key owned by token,
+// in one request of the lock key lk and the semaphore's keys below it, or
+// returns ErrNotHeld.
+func (d *Driver) lookup(ctx context.Context, lk, token string) (heldLease, error) {
 	resp, err := d.client.Txn(ctx).Then(
 		clientv3.OpGet(lk),
 		clientv3.OpGet(lk+"/", clientv3.WithPrefix()),
 	).Commit()
 	if err != nil {
-		return 0, lk, d.wrap(err)
+		return heldLease{}, d.wrap(err)
 	}
 	d.seen(resp.Header)
 	for _, kv := range resp.Responses[0].GetResponseRange().GetKvs() {
 		if t, _ := decodeValue(kv.Value); t == token && kv.Lease != 0 {
-			return clientv3.LeaseID(kv.Lease), lk, nil
+			return heldLease{lease: clientv3.LeaseID(kv.Lease), key: lk, rev: kv.CreateRevision}, nil
 		}
 	}
 	for _, kv := range resp.Responses[1].GetResponseRange().GetKvs() {
 		if t, _, _, ok := decodePermitValue(kv.Value); ok && t == token && kv.Lease != 0 {
-			return clientv3.LeaseID(kv.Lease), lk, nil
+			return heldLease{lease: clientv3.LeaseID(kv.Lease), key: string(kv.Key), rev: kv.CreateRevision}, nil
 		}
 	}
-	return 0, lk, backends.ErrNotHeld
+	return heldLease{}, backends.ErrNotHeld
 }
 
 // Refresh reads the hold (lock or permit) owned by token and renews its
@@ -47,53 +43,67 @@ func (d *Driver) lookup(ctx context.Context, key, token string) (clientv3.LeaseI
 // not exceed the hold's Grant.TTL (an *InvalidError otherwise, after the
 // renewal); the layer above always passes Grant.TTL.
 func (d *Driver) Refresh(ctx context.Context, key, token string, ttl time.Duration) error {
-	if d.closed.Load() {
-		return backends.ErrClosed
+	lk, err := d.begin(key, token)
+	if err != nil {
+		return err
 	}
 	secs, err := d.ttlSeconds(ttl)
 	if err != nil {
 		return err
 	}
-	lease, _, err := d.lookup(ctx, key, token)
-	if err != nil {
+	h, err := d.lookup(ctx, lk, token)
+	if err == nil {
+		var ka *clientv3.LeaseKeepAliveResponse
+		if ka, err = d.client.KeepAliveOnce(ctx, h.lease); err == nil {
+			d.seen(ka.ResponseHeader)
+			if secs > ka.TTL {
+				return backends.Invalid("ttl", "%v exceeds the hold's lease TTL of %d s, which etcd cannot raise", ttl, ka.TTL)
+			}
+			return nil
+		}
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			err = backends.ErrNotHeld
+		}
+	}
+	if errors.Is(err, backends.ErrNotHeld) {
+		d.pool.forget(key, token)
 		return err
 	}
-	ka, err := d.client.KeepAliveOnce(ctx, lease)
-	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-		return backends.ErrNotHeld
-	}
-	if err != nil {
-		return d.wrap(err)
-	}
-	d.seen(ka.ResponseHeader)
-	if secs > ka.TTL {
-		return backends.Invalid("ttl", "%v exceeds the hold's lease TTL of %d s, which etcd cannot raise", ttl, ka.TTL)
-	}
-	return nil
+	return d.wrap(err)
 }
 
-// Release reads the hold (lock or permit) owned by token and revokes its
-// lease, which deletes its key and nothing else: every lease of the driver
-// is granted for one hold and holds its key alone. A stale or retried
-// release therefore never touches a newer hold of the key nor another
+// Release deletes the key of the hold (lock or permit) owned by token in
+// one transaction guarded by the key's create revision, so that a stale or
+// retried release never deletes a newer hold of the key, nor another
 // holder's permit. A hold that expired or belongs to another token is
-// ErrNotHeld.
+// ErrNotHeld. The hold's lease then holds no key: the driver keeps it for
+// a later Acquire if it granted it, and otherwise leaves it to expire.
 func (d *Driver) Release(ctx context.Context, key, token string) error {
-	if d.closed.Load() {
-		return backends.ErrClosed
-	}
-	lease, lk, err := d.lookup(ctx, key, token)
+	lk, err := d.begin(key, token)
 	if err != nil {
 		return err
 	}
-	resp, err := d.client.Revoke(ctx, lease)
-	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-		return backends.ErrNotHeld
+	h, mine := d.pool.heldBy(key, token)
+	if !mine {
+		if h, err = d.lookup(ctx, lk, token); err != nil {
+			return err
+		}
 	}
+	resp, err := d.client.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(h.key), "=", h.rev)).
+		Then(clientv3.OpDelete(h.key)).
+		Commit()
 	if err != nil {
 		return d.wrap(err)
 	}
 	d.seen(resp.Header)
+	d.pool.forget(key, token)
+	if !resp.Succeeded {
+		return backends.ErrNotHeld
+	}
+	if mine && !d.pool.give(h.secs, h.lease) {
+		d.revoke(ctx, h.lease)
+	}
 	d.notify.released(lk)
 	return nil
 }

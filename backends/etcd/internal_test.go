@@ -3,7 +3,6 @@ package etcd
 import (
 	"slices"
 	"testing"
-
 )
 
 func TestParseHosts(t *testing.T) {

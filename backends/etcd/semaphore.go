@@ -2,6 +2,7 @@ package etcd
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"strconv"
 	"strings"
@@ -40,7 +41,7 @@ func (d *Driver) SemaphorePrefix(name string) (string, error) {
 
 // permitKey is the key of a permit on lease in the semaphore whose lock
 // key is lk: one path segment below lk+"/", named after the lease, which
-// holds this key alone.
+// holds no other key.
 func permitKey(lk string, lease clientv3.LeaseID) string {
 	return lk + "/" + strconv.FormatInt(int64(lease), 16)
 }
@@ -74,10 +75,15 @@ func decodePermitValue(v []byte) (token string, limit int, value []byte, ok bool
 
 // permitOutcome turns a permit's transaction into Acquire's error: nil
 // when its key is among the first a.limit and their sizes agree. An
-// attempt that gets no permit revokes its lease, deleting its key.
+// attempt that gets no permit deletes its key and keeps its lease.
 func (d *Driver) permitOutcome(ctx context.Context, a attempt, tr *clientv3.TxnResponse) error {
-	if !tr.Succeeded { // the name is held as a lock; nothing was written
-		d.revoke(ctx, a.lease)
+	if !tr.Succeeded { // nothing was written
+		if tr.Responses[0].GetResponseRange().GetCount() == 0 {
+			// A lease of the driver's holds no key when it is used;
+			// someone else wrote this one.
+			return fmt.Errorf("etcd: %q exists, though its lease %x held no key", a.hk, int64(a.lease))
+		}
+		d.idle(ctx, a)
 		return backends.LimitMismatch(a.req.Key, a.limit, 1)
 	}
 	first := tr.Responses[1].GetResponseRange().GetKvs()
@@ -95,14 +101,28 @@ func (d *Driver) permitOutcome(ctx context.Context, a attempt, tr *clientv3.TxnR
 	if admitted && other == 0 {
 		return nil
 	}
-	if err := d.revokeAttempt(ctx, a); err != nil {
-		return err
+	if err := d.deleteAttempt(ctx, a, tr.Header.Revision); err != nil {
+		return fmt.Errorf("etcd: deleting the key of an attempt that got no permit: %w", d.wrap(err))
 	}
+	d.idle(ctx, a)
 	if other != 0 {
 		return backends.LimitMismatch(a.req.Key, a.limit, other)
 	}
 	d.notify.refused(a.lk, tr.Header.Revision, holders)
 	return backends.ErrNotAcquired
+}
+
+// deleteAttempt deletes the key of an attempt that got no permit, created
+// at rev, if it is still there.
+func (d *Driver) deleteAttempt(ctx context.Context, a attempt, rev int64) error {
+	resp, err := d.client.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(a.hk), "=", rev)).
+		Then(clientv3.OpDelete(a.hk)).
+		Commit()
+	if err == nil {
+		d.seen(resp.Header)
+	}
+	return err
 }
 
 // permitHolder reports, of a semaphore whose keys are kvs (by create

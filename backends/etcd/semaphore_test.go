@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
@@ -437,16 +438,16 @@ func TestSemaphoreHolder(t *testing.T) {
 	}
 }
 
-// failCalls makes the matching calls of a client fail without being sent,
-// while armed.
-type failCalls struct {
-	armed  atomic.Int32 // calls left to fail
-	method string
+// failTxns makes the matching transactions of a client fail without being
+// sent, while armed.
+type failTxns struct {
+	armed atomic.Int32 // calls left to fail
+	match func(*pb.TxnRequest) bool
 }
 
-func (f *failCalls) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-	if method == f.method && f.armed.Add(-1) >= 0 {
-		return status.Error(codes.Unknown, "test: call not sent") // a code clientv3 does not retry
+func (f *failTxns) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	if tr, ok := req.(*pb.TxnRequest); ok && f.match(tr) && f.armed.Add(-1) >= 0 {
+		return status.Error(codes.Unavailable, "test: transaction not sent")
 	}
 	return invoker(ctx, method, req, reply, cc, opts...)
 }
@@ -457,7 +458,9 @@ func (f *failCalls) intercept(ctx context.Context, method string, req, reply any
 // makes, removes the key: Grant.Key is not needed.
 func TestSemaphoreFailedCleanup(t *testing.T) {
 	c := etcdtest.Start(t, nil)
-	fail := &failCalls{method: "/etcdserverpb.Lease/LeaseRevoke"}
+	fail := &failTxns{match: func(tr *pb.TxnRequest) bool {
+		return len(tr.Success) == 1 && tr.Success[0].GetRequestDeleteRange() != nil
+	}}
 	cfg, err := c.ClientConfig()
 	if err != nil {
 		t.Fatal(err)
@@ -553,3 +556,54 @@ func TestSemaphoreHammer(t *testing.T) {
 	}
 }
 
+// TestSemaphoreKeyNamesReused: a driver's permits are named after its
+// leases, which it reuses, so that acquisitions and failed tries do not
+// pile up deleted keys below the semaphore's prefix, which every attempt
+// reads and etcd keeps in its index until a compaction.
+func TestSemaphoreKeyNamesReused(t *testing.T) {
+	c := etcdtest.Start(t, nil)
+	d, cli := newDriver(t, c)
+	other, _ := newDriver(t, c)
+	ctx := testCtx(t)
+	const name, limit = "reuse", 2
+	names := map[string]bool{}
+	for i := range 20 {
+		tok := fmt.Sprint("c", i)
+		mustAcquire(t, ctx, d, semReq(name, tok, limit, 5*time.Second))
+		names[string(permitOf(t, ctx, d, cli, name, tok).Key)] = true
+		if err := d.Release(ctx, name, tok); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(names) != 1 {
+		t.Errorf("20 cycles of one driver used %d permit key names, want 1", len(names))
+	}
+	mustAcquire(t, ctx, other, semReq(name, "a", limit, 5*time.Second))
+	mustAcquire(t, ctx, other, semReq(name, "b", limit, 5*time.Second))
+	var watched atomic.Int32
+	w := cli.Watch(ctx, "dsync/"+name+"/", clientv3.WithPrefix(), clientv3.WithFilterDelete())
+	done := make(chan struct{})
+	seen := map[string]bool{}
+	go func() {
+		defer close(done)
+		for resp := range w {
+			for _, ev := range resp.Events {
+				seen[string(ev.Kv.Key)] = true
+				if watched.Add(1) == 20 {
+					return
+				}
+			}
+		}
+	}()
+	for i := range 20 {
+		wantNotAcquired(t, ctx, d, semReq(name, fmt.Sprint("f", i), limit, 5*time.Second))
+	}
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("saw %d puts of the 20 failed tries", watched.Load())
+	}
+	if len(seen) != 1 {
+		t.Errorf("20 failed tries of one driver put %d key names, want 1", len(seen))
+	}
+}

@@ -3,8 +3,10 @@ package etcd
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -21,34 +23,6 @@ type attempt struct {
 	val   string           // the hold's stored value
 	lease clientv3.LeaseID // no other key is on it
 	secs  int64            // the TTL requested, in whole seconds
-}
-
-// lease returns a lease for an attempt and its TTL in seconds as the
-// server applied it: an idle lease of the driver's, renewed now, or a
-// lease granted now. Either lives at least that TTL from the call's start.
-func (d *Driver) lease(ctx context.Context, secs int64) (clientv3.LeaseID, int64, error) {
-	for {
-		id, ok := d.pool.take(secs)
-		if !ok {
-			break
-		}
-		ka, err := d.client.KeepAliveOnce(ctx, id)
-		if err == nil {
-			d.seen(ka.ResponseHeader)
-			return id, ka.TTL, nil
-		}
-		if !errors.Is(err, rpctypes.ErrLeaseNotFound) {
-			return 0, 0, d.wrap(err)
-		}
-		// It expired while idle.
-	}
-	resp, err := d.client.Grant(ctx, secs)
-	if err != nil {
-		// A lease granted without our knowing it holds no key and expires.
-		return 0, 0, d.wrap(err)
-	}
-	d.seen(resp.ResponseHeader)
-	return resp.ID, resp.TTL, nil
 }
 
 // Acquire makes one attempt to hold req.Key: a lock when req.Limit is 0 or
@@ -86,17 +60,54 @@ func (d *Driver) Acquire(ctx context.Context, req backends.Request) (backends.Gr
 	if err != nil {
 		return backends.Grant{}, err
 	}
-	lease, ttl, err := d.lease(ctx, secs)
-	if err != nil {
-		return backends.Grant{}, err
+	a := attempt{req: req, limit: max(req.Limit, 1), lk: lk, sp: lk + "/", secs: secs}
+	if id, ok := d.pool.take(secs); ok {
+		g, err := d.acquireOn(ctx, a, id, 0)
+		if !errors.Is(err, errIdleExpired) {
+			return g, err
+		}
 	}
-	a := attempt{req: req, limit: max(req.Limit, 1), lk: lk, sp: lk + "/", lease: lease, secs: secs}
+	resp, err := d.client.Grant(ctx, secs)
+	if err != nil {
+		// A lease granted without our knowing it holds no key and expires.
+		return backends.Grant{}, d.wrap(err)
+	}
+	d.seen(resp.ResponseHeader)
+	return d.acquireOn(ctx, a, resp.ID, resp.TTL)
+}
+
+// errIdleExpired: an idle lease expired before the attempt that took it
+// used it; the attempt wrote nothing.
+var errIdleExpired = errors.New("etcd: idle lease expired")
+
+// acquireOn runs a's transaction on lease id, granted just now for ttl
+// seconds, or, when ttl is 0, taken from the pool and renewed in parallel
+// with the transaction: either way the lease lives a full TTL from the
+// call's start.
+func (d *Driver) acquireOn(ctx context.Context, a attempt, id clientv3.LeaseID, ttl int64) (backends.Grant, error) {
+	a.lease = id
 	if a.limit == 1 {
-		a.hk, a.val = lk, encodeValue(req.Token, req.Value)
+		a.hk, a.val = a.lk, encodeValue(a.req.Token, a.req.Value)
 	} else {
-		a.hk, a.val = permitKey(lk, lease), encodePermitValue(req.Token, a.limit, req.Value)
+		a.hk, a.val = permitKey(a.lk, id), encodePermitValue(a.req.Token, a.limit, a.req.Value)
+	}
+	var renewed func(context.Context) (*pb.LeaseKeepAliveResponse, error)
+	if ttl == 0 {
+		renewed = d.renew.send(ctx, id)
 	}
 	tr, err := d.txnAcquire(ctx, a)
+	if renewed != nil {
+		ka, kaErr := renewed(ctx)
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			return backends.Grant{}, errIdleExpired
+		}
+		if kaErr == nil {
+			d.seen(ka.Header)
+			ttl = ka.TTL
+		} else if err == nil {
+			err = fmt.Errorf("etcd: renewing the lease for the attempt: %w", kaErr)
+		}
+	}
 	if err != nil {
 		// Revoking the lease undoes the transaction if it was applied.
 		d.revoke(ctx, a.lease)
@@ -110,9 +121,9 @@ func (d *Driver) Acquire(ctx context.Context, req backends.Request) (backends.Gr
 	if err != nil {
 		return backends.Grant{}, err
 	}
-	d.pool.hold(req.Key, req.Token, heldLease{lease: lease, secs: secs, key: a.hk, rev: tr.Header.Revision})
+	d.pool.hold(a.req.Key, a.req.Token, heldLease{lease: id, secs: a.secs, key: a.hk, rev: tr.Header.Revision})
 	g := backends.Grant{TTL: time.Duration(ttl) * time.Second}
-	if req.Fence {
+	if a.req.Fence {
 		g.Fence = uint64(tr.Header.Revision)
 	}
 	return g, nil

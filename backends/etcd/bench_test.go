@@ -391,3 +391,51 @@ func BenchmarkLeaseReuse(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkKeepAliveStream interleaves the same work on a driver that
+// renews leases on a stream it keeps open with one that renews with
+// clientv3's KeepAliveOnce (a stream per renewal), on the same member, and
+// reports their ratios (stream/once): a Refresh, and an uncontended
+// Acquire+Release, whose acquisition renews the lease it reuses.
+func BenchmarkKeepAliveStream(b *testing.B) {
+	_, cli := benchServer(b, false)
+	ctx := context.Background()
+	driver := func(once bool) *etcd.Driver {
+		d, err := etcd.New(cli, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if once {
+			etcd.RenewWithKeepAliveOnce(d)
+		}
+		b.Cleanup(func() { _ = d.Close() })
+		return d
+	}
+	stream, once := driver(false), driver(true)
+	b.Run("refresh", func(b *testing.B) {
+		refresh := func(d *etcd.Driver, key string) func() {
+			if _, err := d.Acquire(ctx, backends.Request{Key: key, Token: "t", TTL: benchTTL}); err != nil {
+				b.Fatal(err)
+			}
+			return func() {
+				if err := d.Refresh(ctx, key, "t", benchTTL); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		interleave(b, "stream", refresh(stream, "refresh-stream"), "once", refresh(once, "refresh-once"))
+	})
+	b.Run("cycle", func(b *testing.B) {
+		cycle := func(d *etcd.Driver, key string) func() {
+			return func() {
+				if _, err := d.Acquire(ctx, backends.Request{Key: key, Token: "t", TTL: benchTTL}); err != nil {
+					b.Fatal(err)
+				}
+				if err := d.Release(ctx, key, "t"); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		interleave(b, "stream", cycle(stream, "cycle-stream"), "once", cycle(once, "cycle-once"))
+	})
+}

@@ -52,7 +52,8 @@ type Driver struct {
 	// watch starts just after it, which etcd serves from its synced path.
 	rev atomic.Int64
 
-	pool leasePool
+	pool  leasePool
+	renew renewer
 
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -111,6 +112,7 @@ func newDriver(client *clientv3.Client, opts *Options, owned bool) (*Driver, err
 		},
 	}
 	d.pool.init()
+	d.renew.init(client)
 	d.notify.init(d)
 	return d, nil
 }
@@ -232,6 +234,7 @@ func (d *Driver) Close() error {
 	d.closeOnce.Do(func() {
 		d.closed.Store(true)
 		d.notify.close()
+		d.renew.close()
 		if d.owned {
 			d.closeErr = d.client.Close()
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -53,9 +54,9 @@ func (d *Driver) Refresh(ctx context.Context, key, token string, ttl time.Durati
 	}
 	h, err := d.lookup(ctx, lk, token)
 	if err == nil {
-		var ka *clientv3.LeaseKeepAliveResponse
-		if ka, err = d.client.KeepAliveOnce(ctx, h.lease); err == nil {
-			d.seen(ka.ResponseHeader)
+		var ka *pb.LeaseKeepAliveResponse
+		if ka, err = d.renew.renew(ctx, h.lease); err == nil {
+			d.seen(ka.Header)
 			if secs > ka.TTL {
 				return backends.Invalid("ttl", "%v exceeds the hold's lease TTL of %d s, which etcd cannot raise", ttl, ka.TTL)
 			}

@@ -223,8 +223,11 @@ func (d *Driver) begin(key, token string) (string, error) {
 	return k, nil
 }
 
-// wrap marks an error caused by a concurrent Close as ErrClosed as well.
-func (d *Driver) wrap(err error) error { return backends.MarkClosed(d.closed.Load(), err) }
+// wrap marks an error caused by a concurrent Close as ErrClosed as well,
+// and a request etcd refused for good as ErrInvalid (see refusal).
+func (d *Driver) wrap(err error) error {
+	return backends.MarkClosed(d.closed.Load(), refusal(err))
+}
 
 // Close stops release watches (awaiting their goroutines) and closes the
 // client if the driver created it from a URL; a client passed to New is

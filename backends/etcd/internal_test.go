@@ -1,8 +1,17 @@
 package etcd
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"slices"
 	"testing"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/dsync-dev/dsync/backends"
 )
 
 func TestParseHosts(t *testing.T) {
@@ -56,5 +65,33 @@ func TestValueEncoding(t *testing.T) {
 	}
 	if tok, v := decodeValue([]byte("foreign")); tok != "foreign" || v != nil {
 		t.Errorf("foreign value decoded as %q %q", tok, v)
+	}
+}
+
+func TestRefusal(t *testing.T) {
+	for _, err := range []error{
+		rpctypes.ErrRequestTooLarge,
+		rpctypes.ErrPermissionDenied,
+		rpctypes.ErrEmptyKey,
+		status.Error(codes.ResourceExhausted, "grpc: trying to send message larger than max (70000 vs. 4096)"),
+		fmt.Errorf("wrapped: %w", rpctypes.ErrRequestTooLarge),
+	} {
+		got := refusal(err)
+		if !errors.Is(got, backends.ErrInvalid) || !errors.Is(got, err) {
+			t.Errorf("refusal(%v) = %v, want ErrInvalid with the error kept", err, got)
+		}
+	}
+	for _, err := range []error{
+		nil,
+		rpctypes.ErrTooManyRequests, // ResourceExhausted too, but a retry cures it
+		rpctypes.ErrNoSpace,
+		rpctypes.ErrLeaseNotFound,
+		rpctypes.ErrNoLeader,
+		context.DeadlineExceeded,
+		status.Error(codes.Unavailable, "connection refused"),
+	} {
+		if got := refusal(err); got != err {
+			t.Errorf("refusal(%v) = %v, want it as it is", err, got)
+		}
 	}
 }

@@ -187,8 +187,9 @@ func (d *Driver) idle(ctx context.Context, a attempt) {
 	}
 }
 
-// revoke revokes a lease that holds no key, or the key of an attempt that
-// got nothing, as a courtesy to the server: a lease that stays expires.
+// revoke revokes a lease of the driver's that no hold is on, deleting
+// whatever an attempt whose outcome is unknown put on it. It is a courtesy:
+// a lease left alone expires, so its error is dropped.
 func (d *Driver) revoke(ctx context.Context, lease clientv3.LeaseID) {
 	if resp, err := d.client.Revoke(ctx, lease); err == nil {
 		d.seen(resp.Header)

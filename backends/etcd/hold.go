@@ -5,7 +5,6 @@ import (
 	"errors"
 	"time"
 
-	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -38,11 +37,11 @@ func (d *Driver) lookup(ctx context.Context, lk, token string) (heldLease, error
 }
 
 // Refresh reads the hold (lock or permit) owned by token and renews its
-// lease once (KeepAliveOnce). It never re-creates a hold: a key that is
-// gone or belongs to another token, or a lease that is gone, is
-// ErrNotHeld. An etcd lease keeps the TTL it was granted with, so ttl must
-// not exceed the hold's Grant.TTL (an *InvalidError otherwise, after the
-// renewal); the layer above always passes Grant.TTL.
+// lease once, on the driver's keep-alive stream. It never re-creates a
+// hold: a key that is gone or belongs to another token, or a lease that is
+// gone, is ErrNotHeld. An etcd lease keeps the TTL it was granted with, so
+// ttl must not exceed the hold's Grant.TTL (an *InvalidError otherwise,
+// after the renewal); the layer above always passes Grant.TTL.
 func (d *Driver) Refresh(ctx context.Context, key, token string, ttl time.Duration) error {
 	lk, err := d.begin(key, token)
 	if err != nil {
@@ -53,24 +52,25 @@ func (d *Driver) Refresh(ctx context.Context, key, token string, ttl time.Durati
 		return err
 	}
 	h, err := d.lookup(ctx, lk, token)
-	if err == nil {
-		var ka *pb.LeaseKeepAliveResponse
-		if ka, err = d.renew.renew(ctx, h.lease); err == nil {
-			d.seen(ka.Header)
-			if secs > ka.TTL {
-				return backends.Invalid("ttl", "%v exceeds the hold's lease TTL of %d s, which etcd cannot raise", ttl, ka.TTL)
-			}
-			return nil
+	if err != nil {
+		if errors.Is(err, backends.ErrNotHeld) {
+			d.pool.forget(key, token)
 		}
-		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-			err = backends.ErrNotHeld
-		}
-	}
-	if errors.Is(err, backends.ErrNotHeld) {
-		d.pool.forget(key, token)
 		return err
 	}
-	return d.wrap(err)
+	ka, err := d.renew.renew(ctx, h.lease)
+	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		d.pool.forget(key, token)
+		return backends.ErrNotHeld
+	}
+	if err != nil {
+		return d.wrap(err)
+	}
+	d.seen(ka.Header)
+	if secs > ka.TTL {
+		return backends.Invalid("ttl", "%v exceeds the hold's lease TTL of %d s, which etcd cannot raise", ttl, ka.TTL)
+	}
+	return nil
 }
 
 // Release deletes the key of the hold (lock or permit) owned by token in

@@ -9,7 +9,7 @@ import (
 // Lease reuse, for speed only: granting a lease and revoking it are two
 // raft writes, as many as the hold itself costs, so the driver keeps the
 // leases it granted and reuses them (BenchmarkLeaseReuse: a lock cycle
-// about a third cheaper). A lease is reused only once no key is on it, and
+// about 40% cheaper). A lease is reused only once no key is on it, and
 // is renewed by the attempt that reuses it. Nothing here is a clock, and
 // nothing here answers whether a key is held: it only spares a Release the
 // read of the hold, and an Acquire the grant of a lease.

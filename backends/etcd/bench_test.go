@@ -353,17 +353,19 @@ func BenchmarkRefreshRatio(b *testing.B) {
 	interleave(b, "refresh", refresh, "keepalive", keepAlive)
 }
 
-// BenchmarkLeaseReuse interleaves one uncontended Acquire+Release through
-// the locker on a driver that reuses its leases with one on a driver that
-// grants a lease per attempt (and lets it expire after the release), on
-// the same member, and reports their ratio (reuse/grant). Reuse replaces a
-// grant, a raft write, with a renewal, which the leader answers alone.
+// BenchmarkLeaseReuse interleaves the same work on a driver that reuses
+// its leases and remembers its holds with one that grants a lease per
+// attempt (left to expire after the release) and remembers nothing, on the
+// same member, and reports their ratios (reuse/grant): an uncontended
+// Acquire+Release through the locker, and a Refresh, which on a hold the
+// driver remembers checks its key while the renewal is in flight instead
+// of reading the hold first.
 func BenchmarkLeaseReuse(b *testing.B) {
 	for _, fsync := range []bool{true, false} {
 		b.Run(fmt.Sprintf("fsync=%v", fsync), func(b *testing.B) {
 			c, cli := benchServer(b, fsync)
 			ctx := context.Background()
-			cycle := func(name string, reuse bool) func() {
+			driver := func(reuse bool) *etcd.Driver {
 				d, err := etcd.New(cli, &etcd.Options{MinTTL: c.MinLeaseTTL()})
 				if err != nil {
 					b.Fatal(err)
@@ -371,23 +373,42 @@ func BenchmarkLeaseReuse(b *testing.B) {
 				if !reuse {
 					etcd.DisableLeaseReuse(d)
 				}
-				backend, err := dsync.NewBackend(d, nil)
-				if err != nil {
-					b.Fatal(err)
-				}
-				b.Cleanup(func() { _ = backend.Close() })
-				l, err := locker.New(backend, name, &locker.Options{TTL: benchTTL})
-				if err != nil {
-					b.Fatal(err)
-				}
-				run := lockerCycle(l)
-				return func() {
-					if err := run(ctx); err != nil {
+				b.Cleanup(func() { _ = d.Close() })
+				return d
+			}
+			reuse, grant := driver(true), driver(false)
+			b.Run("cycle", func(b *testing.B) {
+				cycle := func(d *etcd.Driver, name string) func() {
+					backend, err := dsync.NewBackend(d, nil)
+					if err != nil {
 						b.Fatal(err)
 					}
+					l, err := locker.New(backend, name, &locker.Options{TTL: benchTTL})
+					if err != nil {
+						b.Fatal(err)
+					}
+					run := lockerCycle(l)
+					return func() {
+						if err := run(ctx); err != nil {
+							b.Fatal(err)
+						}
+					}
 				}
-			}
-			interleave(b, "reuse", cycle("reuse", true), "grant", cycle("grant", false))
+				interleave(b, "reuse", cycle(reuse, "cycle-reuse"), "grant", cycle(grant, "cycle-grant"))
+			})
+			b.Run("refresh", func(b *testing.B) {
+				refresh := func(d *etcd.Driver, key string) func() {
+					if _, err := d.Acquire(ctx, backends.Request{Key: key, Token: "t", TTL: benchTTL}); err != nil {
+						b.Fatal(err)
+					}
+					return func() {
+						if err := d.Refresh(ctx, key, "t", benchTTL); err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+				interleave(b, "reuse", refresh(reuse, "refresh-reuse"), "grant", refresh(grant, "refresh-grant"))
+			})
 		})
 	}
 }

@@ -36,12 +36,14 @@ func (d *Driver) lookup(ctx context.Context, lk, token string) (heldLease, error
 	return heldLease{}, backends.ErrNotHeld
 }
 
-// Refresh reads the hold (lock or permit) owned by token and renews its
-// lease once, on the driver's keep-alive stream. It never re-creates a
-// hold: a key that is gone or belongs to another token, or a lease that is
-// gone, is ErrNotHeld. An etcd lease keeps the TTL it was granted with, so
-// ttl must not exceed the hold's Grant.TTL (an *InvalidError otherwise,
-// after the renewal); the layer above always passes Grant.TTL.
+// Refresh renews the lease of the hold (lock or permit) owned by token
+// once, on the driver's keep-alive stream, and checks that the hold's key
+// is still there: read with the renewal in flight for a hold the driver
+// took, read before it otherwise. It never re-creates a hold: a key that
+// is gone or belongs to another token, or a lease that is gone, is
+// ErrNotHeld. An etcd lease keeps the TTL it was granted with, so ttl must
+// not exceed the hold's Grant.TTL (an *InvalidError otherwise, after the
+// renewal); the layer above always passes Grant.TTL.
 func (d *Driver) Refresh(ctx context.Context, key, token string, ttl time.Duration) error {
 	lk, err := d.begin(key, token)
 	if err != nil {
@@ -51,15 +53,23 @@ func (d *Driver) Refresh(ctx context.Context, key, token string, ttl time.Durati
 	if err != nil {
 		return err
 	}
-	h, err := d.lookup(ctx, lk, token)
-	if err != nil {
-		if errors.Is(err, backends.ErrNotHeld) {
-			d.pool.forget(key, token)
+	h, mine := d.pool.heldBy(key, token)
+	if !mine {
+		if h, err = d.lookup(ctx, lk, token); err != nil {
+			return err
 		}
-		return err
 	}
-	ka, err := d.renew.renew(ctx, h.lease)
-	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+	wait := d.renew.send(ctx, h.lease)
+	if mine {
+		// Check, while the renewal is in flight, that the key is still
+		// the hold the driver took.
+		err = d.stillHeld(ctx, h)
+	}
+	ka, kaErr := wait(ctx)
+	if err == nil {
+		err = kaErr
+	}
+	if errors.Is(err, rpctypes.ErrLeaseNotFound) || errors.Is(err, backends.ErrNotHeld) {
 		d.pool.forget(key, token)
 		return backends.ErrNotHeld
 	}
@@ -69,6 +79,20 @@ func (d *Driver) Refresh(ctx context.Context, key, token string, ttl time.Durati
 	d.seen(ka.Header)
 	if secs > ka.TTL {
 		return backends.Invalid("ttl", "%v exceeds the hold's lease TTL of %d s, which etcd cannot raise", ttl, ka.TTL)
+	}
+	return nil
+}
+
+// stillHeld reads h's key and reports ErrNotHeld unless it is still the
+// hold h: same create revision, same lease.
+func (d *Driver) stillHeld(ctx context.Context, h heldLease) error {
+	resp, err := d.client.Get(ctx, h.key)
+	if err != nil {
+		return d.wrap(err)
+	}
+	d.seen(resp.Header)
+	if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != h.rev || clientv3.LeaseID(resp.Kvs[0].Lease) != h.lease {
+		return backends.ErrNotHeld
 	}
 	return nil
 }

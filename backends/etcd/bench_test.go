@@ -12,6 +12,7 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/dsync-dev/dsync"
+	"github.com/dsync-dev/dsync/backends"
 	"github.com/dsync-dev/dsync/backends/etcd"
 	"github.com/dsync-dev/dsync/internal/testenv/etcdtest"
 	mix "github.com/dsync-dev/dsync/internal/testenv/interleave"
@@ -319,4 +320,143 @@ func contend(b *testing.B, cycle func(g int) func(context.Context) error) {
 	if b.N >= 10*contenders {
 		b.ReportMetric(float64(lo)/float64(hi), "min/max-share")
 	}
+}
+
+// BenchmarkRefreshRatio interleaves one Refresh of a held lock through the
+// driver (what every extension costs) with one raw clientv3 KeepAliveOnce
+// of a lease, the floor of any lease renewal, and reports their ratio.
+func BenchmarkRefreshRatio(b *testing.B) {
+	c, cli := benchServer(b, false)
+	ctx := context.Background()
+	d, err := etcd.New(cli, &etcd.Options{MinTTL: c.MinLeaseTTL()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = d.Close() })
+	if _, err := d.Acquire(ctx, backends.Request{Key: "refresh", Token: "t", TTL: benchTTL}); err != nil {
+		b.Fatal(err)
+	}
+	lg, err := cli.Grant(ctx, int64(benchTTL/time.Second))
+	if err != nil {
+		b.Fatal(err)
+	}
+	refresh := func() {
+		if err := d.Refresh(ctx, "refresh", "t", benchTTL); err != nil {
+			b.Fatal(err)
+		}
+	}
+	keepAlive := func() {
+		if _, err := cli.KeepAliveOnce(ctx, lg.ID); err != nil {
+			b.Fatal(err)
+		}
+	}
+	interleave(b, "refresh", refresh, "keepalive", keepAlive)
+}
+
+// BenchmarkLeaseReuse interleaves the same work on a driver that reuses
+// its leases and remembers its holds with one that grants a lease per
+// attempt (left to expire after the release) and remembers nothing, on the
+// same member, and reports their ratios (reuse/grant): an uncontended
+// Acquire+Release through the locker, and a Refresh, which on a hold the
+// driver remembers checks its key while the renewal is in flight instead
+// of reading the hold first.
+func BenchmarkLeaseReuse(b *testing.B) {
+	for _, fsync := range []bool{true, false} {
+		b.Run(fmt.Sprintf("fsync=%v", fsync), func(b *testing.B) {
+			c, cli := benchServer(b, fsync)
+			ctx := context.Background()
+			driver := func(reuse bool) *etcd.Driver {
+				d, err := etcd.New(cli, &etcd.Options{MinTTL: c.MinLeaseTTL()})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if !reuse {
+					etcd.DisableLeaseReuse(d)
+				}
+				b.Cleanup(func() { _ = d.Close() })
+				return d
+			}
+			reuse, grant := driver(true), driver(false)
+			b.Run("cycle", func(b *testing.B) {
+				cycle := func(d *etcd.Driver, name string) func() {
+					backend, err := dsync.NewBackend(d, nil)
+					if err != nil {
+						b.Fatal(err)
+					}
+					l, err := locker.New(backend, name, &locker.Options{TTL: benchTTL})
+					if err != nil {
+						b.Fatal(err)
+					}
+					run := lockerCycle(l)
+					return func() {
+						if err := run(ctx); err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+				interleave(b, "reuse", cycle(reuse, "cycle-reuse"), "grant", cycle(grant, "cycle-grant"))
+			})
+			b.Run("refresh", func(b *testing.B) {
+				refresh := func(d *etcd.Driver, key string) func() {
+					if _, err := d.Acquire(ctx, backends.Request{Key: key, Token: "t", TTL: benchTTL}); err != nil {
+						b.Fatal(err)
+					}
+					return func() {
+						if err := d.Refresh(ctx, key, "t", benchTTL); err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+				interleave(b, "reuse", refresh(reuse, "refresh-reuse"), "grant", refresh(grant, "refresh-grant"))
+			})
+		})
+	}
+}
+
+// BenchmarkKeepAliveStream interleaves the same work on a driver that
+// renews leases on a stream it keeps open with one that renews with
+// clientv3's KeepAliveOnce (a stream per renewal), on the same member, and
+// reports their ratios (stream/once): a Refresh, and an uncontended
+// Acquire+Release, whose acquisition renews the lease it reuses.
+func BenchmarkKeepAliveStream(b *testing.B) {
+	_, cli := benchServer(b, false)
+	ctx := context.Background()
+	driver := func(once bool) *etcd.Driver {
+		d, err := etcd.New(cli, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if once {
+			etcd.RenewWithKeepAliveOnce(d)
+		}
+		b.Cleanup(func() { _ = d.Close() })
+		return d
+	}
+	stream, once := driver(false), driver(true)
+	b.Run("refresh", func(b *testing.B) {
+		refresh := func(d *etcd.Driver, key string) func() {
+			if _, err := d.Acquire(ctx, backends.Request{Key: key, Token: "t", TTL: benchTTL}); err != nil {
+				b.Fatal(err)
+			}
+			return func() {
+				if err := d.Refresh(ctx, key, "t", benchTTL); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		interleave(b, "stream", refresh(stream, "refresh-stream"), "once", refresh(once, "refresh-once"))
+	})
+	b.Run("cycle", func(b *testing.B) {
+		cycle := func(d *etcd.Driver, key string) func() {
+			return func() {
+				if _, err := d.Acquire(ctx, backends.Request{Key: key, Token: "t", TTL: benchTTL}); err != nil {
+					b.Fatal(err)
+				}
+				if err := d.Release(ctx, key, "t"); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		interleave(b, "stream", cycle(stream, "cycle-stream"), "once", cycle(once, "cycle-once"))
+	})
 }

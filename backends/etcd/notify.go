@@ -43,7 +43,6 @@ func (n *notifier) init(d *Driver) {
 // of its semaphore's prefix.
 type keyWatch struct {
 	n      *notifier
-	name   string // the lock's or semaphore's name
 	key    string // its lock key; its permits live below key+"/"
 	cancel context.CancelFunc
 	done   chan struct{} // closed when run returns
@@ -85,10 +84,10 @@ func (d *Driver) WatchReleases(ctx context.Context, key string) (backends.Subscr
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	return d.notify.watch(key, k)
+	return d.notify.watch(k)
 }
 
-func (n *notifier) watch(name, k string) (*subscription, error) {
+func (n *notifier) watch(k string) (*subscription, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.closed {
@@ -97,7 +96,7 @@ func (n *notifier) watch(name, k string) (*subscription, error) {
 	w := n.watches[k]
 	if w == nil {
 		ctx, cancel := context.WithCancel(context.Background())
-		w = &keyWatch{n: n, name: name, key: k, cancel: cancel, done: make(chan struct{}), start: make(chan int64, 1), subs: map[*subscription]struct{}{}}
+		w = &keyWatch{n: n, key: k, cancel: cancel, done: make(chan struct{}), start: make(chan int64, 1), subs: map[*subscription]struct{}{}}
 		n.watches[k] = w
 		n.wg.Add(1)
 		go w.run(ctx)
@@ -184,7 +183,6 @@ func (w *keyWatch) watchFrom(ctx context.Context, rev int64) int64 {
 			}
 			k := string(ev.Kv.Key)
 			next[i] = ev.Kv.ModRevision + 1
-			d.holds.deleted(w.name, k, ev.Kv.ModRevision)
 			if i == 0 || w.frees(k) {
 				w.notify()
 			}

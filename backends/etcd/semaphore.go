@@ -41,11 +41,7 @@ func (d *Driver) SemaphorePrefix(name string) (string, error) {
 
 // permitKey is the key of a permit on lease in the semaphore whose lock
 // key is lk: one path segment below lk+"/", named after the lease, which
-// holds one key at a time. A driver reuses its idle leases, and so the
-// names of its permit keys: etcd keeps a deleted key in its index until
-// the next compaction, and every attempt reads the semaphore's prefix, so
-// keys named afresh for every attempt (after its token, say) would make
-// attempts slower and slower between compactions.
+// holds no other key.
 func permitKey(lk string, lease clientv3.LeaseID) string {
 	return lk + "/" + strconv.FormatInt(int64(lease), 16)
 }
@@ -77,32 +73,25 @@ func decodePermitValue(v []byte) (token string, limit int, value []byte, ok bool
 	return token, limit, value, true
 }
 
-// permitOutcome reads the outcome of a permit's transaction (h is the key
-// it put, if it put one, good for ttl) and turns it into Acquire's result.
-// An attempt whose key is not among the holders, or that saw holders of
-// another size, deletes its key before it returns: a try that gets no
-// permit leaves nothing behind. If that deletion fails, the error says so;
-// the key is then in the table, being released, for the layer above's
-// release.
-func (d *Driver) permitOutcome(ctx context.Context, a attempt, tr *clientv3.TxnResponse, h hold, ttl time.Duration, kaErr error) (backends.Grant, error) {
-	if !tr.Succeeded {
-		// Nothing was written.
-		if tr.Responses[0].GetResponseRange().GetCount() > 0 {
-			if kaErr == nil {
-				d.pool.put(h.idle(), time.Now()) // the lease holds no key
-			}
-			return backends.Grant{}, backends.LimitMismatch(a.req.Key, a.limit, 1)
+// permitOutcome turns a permit's transaction into Acquire's error: nil
+// when its key is among the first a.limit and their sizes agree. An
+// attempt that gets no permit deletes its key and keeps its lease.
+func (d *Driver) permitOutcome(ctx context.Context, a attempt, tr *clientv3.TxnResponse) error {
+	if !tr.Succeeded { // nothing was written
+		if tr.Responses[0].GetResponseRange().GetCount() == 0 {
+			// A lease of the driver's holds no key when it is used;
+			// someone else wrote this one.
+			return fmt.Errorf("etcd: %q exists, though its lease %x held no key", a.hk, int64(a.lease))
 		}
-		// A lease of the driver's holds no key when it is used; someone
-		// else wrote this one.
-		return backends.Grant{}, fmt.Errorf("etcd: %q exists, though its lease %x was idle", a.hk, int64(h.lease))
+		d.idle(ctx, a)
+		return backends.LimitMismatch(a.req.Key, a.limit, 1)
 	}
 	first := tr.Responses[1].GetResponseRange().GetKvs()
 	admitted, other := false, 0
 	holders := make([]string, 0, len(first))
 	for _, kv := range first {
 		holders = append(holders, string(kv.Key))
-		if string(kv.Key) == a.hk && kv.CreateRevision == h.rev {
+		if string(kv.Key) == a.hk {
 			admitted = true
 		}
 		if _, limit, _, ok := decodePermitValue(kv.Value); ok && limit != a.limit && other == 0 {
@@ -110,29 +99,25 @@ func (d *Driver) permitOutcome(ctx context.Context, a attempt, tr *clientv3.TxnR
 		}
 	}
 	if admitted && other == 0 {
-		return d.granted(a, h, ttl, kaErr)
+		return nil
 	}
-	if err := d.deleteAttempt(ctx, h); err != nil {
-		h.releasing = true // never counted as a permit of the driver's
-		d.holds.put(a.req.Key, a.req.Token, h)
-		return backends.Grant{}, fmt.Errorf("etcd: deleting the key of an attempt that got no permit: %w", d.wrap(err))
+	if err := d.deleteAttempt(ctx, a, tr.Header.Revision); err != nil {
+		return fmt.Errorf("etcd: deleting the key of an attempt that got no permit: %w", d.wrap(err))
 	}
-	if kaErr == nil {
-		d.pool.put(h.idle(), time.Now()) // the lease holds no key
-	}
+	d.idle(ctx, a)
 	if other != 0 {
-		return backends.Grant{}, backends.LimitMismatch(a.req.Key, a.limit, other)
+		return backends.LimitMismatch(a.req.Key, a.limit, other)
 	}
-	d.notify.refused(a.lk, h.rev, holders)
-	return backends.Grant{}, backends.ErrNotAcquired
+	d.notify.refused(a.lk, tr.Header.Revision, holders)
+	return backends.ErrNotAcquired
 }
 
-// deleteAttempt deletes the key of an attempt that got no permit, if it is
-// still the one the attempt put.
-func (d *Driver) deleteAttempt(ctx context.Context, h hold) error {
+// deleteAttempt deletes the key of an attempt that got no permit, created
+// at rev, if it is still there.
+func (d *Driver) deleteAttempt(ctx context.Context, a attempt, rev int64) error {
 	resp, err := d.client.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(h.key), "=", h.rev)).
-		Then(clientv3.OpDelete(h.key)).
+		If(clientv3.Compare(clientv3.CreateRevision(a.hk), "=", rev)).
+		Then(clientv3.OpDelete(a.hk)).
 		Commit()
 	if err == nil {
 		d.seen(resp.Header)

@@ -166,7 +166,7 @@ func TestSemaphoreAdmitsLimit(t *testing.T) {
 			t.Fatalf("after a failed try, %d permit keys, want %d: the try left its key", n, limit)
 		}
 	}
-	// The driver holding every permit says no without asking.
+	// The driver holding every permit is refused like any other.
 	wantNotAcquired(t, ctx, d, semReq(name, "late-d", limit, 5*time.Second))
 
 	if err := other.Release(ctx, name, "p1"); err != nil {

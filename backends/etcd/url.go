@@ -28,8 +28,8 @@ import (
 const (
 	// defaultPort is etcd's client port, used for a host given without one.
 	defaultPort = "2379"
-	// defaultDialTimeout bounds the probe of a URL-opened driver when the
-	// caller's context has no deadline.
+	// defaultDialTimeout bounds the open of a URL-opened driver, unless the
+	// caller's context ends earlier.
 	defaultDialTimeout = 5 * time.Second
 	// defaultKeepAliveTime and defaultKeepAliveTimeout are the client's
 	// gRPC keepalive, which detects a member that vanished without closing
@@ -58,7 +58,7 @@ func init() {
 // urlOptions documents the query options the etcd schemes accept.
 func urlOptions(secure bool) []dsync.OptionDoc {
 	opts := []dsync.OptionDoc{
-		{Name: "dial_timeout", Default: "5s", Doc: "bound on connecting, authenticating and probing the cluster at open, when the context has no earlier deadline"},
+		{Name: "dial_timeout", Default: "5s", Doc: "bound on connecting, authenticating and probing the cluster at open (or the context's deadline, if earlier)"},
 		{Name: "keepalive_time", Default: "10s", Doc: "interval of gRPC keepalive pings, which detect a member that vanished so the client moves to another; 0 disables"},
 		{Name: "keepalive_timeout", Default: "5s", Doc: "wait for a keepalive ping's answer before the connection is dropped"},
 	}
@@ -125,11 +125,9 @@ func openURL(ctx context.Context, u *url.URL) (backends.Driver, error) {
 	}
 	opts := &Options{Prefix: strings.TrimPrefix(u.Path, "/")}
 
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, dialTimeout)
-		defer cancel()
-	}
+	// The open is bounded by the earlier of ctx's deadline and dial_timeout.
+	ctx, cancel := context.WithTimeout(ctx, dialTimeout)
+	defer cancel()
 	where := "etcd at " + strings.Join(endpoints, ",")
 	// The client outlives ctx, but its authentication at creation must not:
 	// cancel the client if ctx ends before the open completes.
@@ -145,7 +143,6 @@ func openURL(ctx context.Context, u *url.URL) (backends.Driver, error) {
 		cancelClient()
 		return nil, fmt.Errorf("%s: %w", where, joinCtx(ctx, err))
 	}
-	sent := time.Now()
 	probe, err := client.Grant(ctx, 1)
 	if err != nil {
 		var cause error
@@ -171,9 +168,7 @@ func openURL(ctx context.Context, u *url.URL) (backends.Driver, error) {
 		cancelClient()
 		return nil, err
 	}
-	d.seen(probe.ResponseHeader)
-	// The probe's lease holds no key: the first short-TTL Acquire uses it.
-	d.pool.put(idleLease{id: probe.ID, secs: 1, ttl: probe.TTL, renewed: sent}, time.Now())
+	d.revoke(ctx, probe.ID) // the probe's lease holds no key
 	if !stop() {
 		// ctx ended just now and cancelled the client.
 		_ = d.Close()

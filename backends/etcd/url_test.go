@@ -3,6 +3,7 @@ package etcd_test
 import (
 	"context"
 	"errors"
+	"net"
 	"net/url"
 	"strings"
 	"testing"
@@ -165,6 +166,32 @@ func TestOpenURLUnreachable(t *testing.T) {
 		t.Fatal("Open succeeded")
 	} else if !errors.Is(err, context.Canceled) || time.Since(start) > time.Second {
 		t.Errorf("cancelled Open = %v after %v, want context.Canceled at once", err, time.Since(start))
+	}
+}
+
+// TestDialTimeoutUnderLongerDeadline: dial_timeout bounds the open even
+// when the context has a later deadline.
+func TestDialTimeoutUnderLongerDeadline(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	_ = l.Close() // nobody listens there now
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	start := time.Now()
+	b, err := dsync.Open(ctx, "etcd://"+addr+"/app?dial_timeout=1s")
+	if err == nil {
+		b.Close()
+		t.Fatal("Open of a closed port succeeded")
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("Open took %v: dial_timeout=1s ignored under a 20 s context", took)
+	}
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Open = %v, want context.DeadlineExceeded", err)
 	}
 }
 

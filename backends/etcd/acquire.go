@@ -1,0 +1,197 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/dsync-dev/dsync/backends"
+)
+
+// attempt is one acquisition: the request and the etcd keys it involves.
+type attempt struct {
+	req   backends.Request
+	limit int              // req.Limit, at least 1
+	lk    string           // the lock key of req.Key
+	sp    string           // the prefix of req.Key's permits: lk + "/"
+	hk    string           // the hold's key: lk, or a permit key below sp
+	val   string           // the hold's stored value
+	lease clientv3.LeaseID // no other key is on it
+	secs  int64            // the TTL requested, in whole seconds
+}
+
+// Acquire makes one attempt to hold req.Key: a lock when req.Limit is 0 or
+// 1, a permit of a semaphore of req.Limit permits otherwise. It takes a
+// lease that no key is on (an idle lease of the driver's, renewed, or a
+// fresh grant) and runs one transaction:
+//
+//   - a lock puts the lock key on the lease if neither it nor any permit of
+//     a semaphore of the same name exists;
+//   - a permit puts its own key, named after the lease, below the
+//     semaphore's prefix unless the name is held as a lock, and reads the
+//     first req.Limit keys there by create revision: the permit is granted
+//     if its key is among them and their recorded sizes agree with
+//     req.Limit.
+//
+// An attempt that gets nothing leaves no key behind and returns ErrNotAcquired, or the error
+// of backends.LimitMismatch when the name's live holds were taken with
+// another limit (a lock has limit 1). Grant.Fence is the hold key's create
+// revision; Grant.TTL is the lease's TTL as the server applied it: req.TTL
+// rounded up to whole seconds and raised to the cluster's minimum. Any
+// other error leaves the outcome unknown, as the SPI says; a Release of
+// req.Key and req.Token removes whatever the attempt left.
+func (d *Driver) Acquire(ctx context.Context, req backends.Request) (backends.Grant, error) {
+	if d.closed.Load() {
+		return backends.Grant{}, backends.ErrClosed
+	}
+	if err := backends.CheckRequest(req, d.caps); err != nil {
+		return backends.Grant{}, err
+	}
+	lk, err := d.begin(req.Key, req.Token)
+	if err != nil {
+		return backends.Grant{}, err
+	}
+	secs, err := d.ttlSeconds(req.TTL)
+	if err != nil {
+		return backends.Grant{}, err
+	}
+	a := attempt{req: req, limit: max(req.Limit, 1), lk: lk, sp: lk + "/", secs: secs}
+	if id, ok := d.pool.take(secs); ok {
+		g, err := d.acquireOn(ctx, a, id, 0)
+		if !errors.Is(err, errIdleExpired) {
+			return g, err
+		}
+	}
+	resp, err := d.client.Grant(ctx, secs)
+	if err != nil {
+		// A lease granted without our knowing it holds no key and expires.
+		return backends.Grant{}, d.wrap(err)
+	}
+	d.seen(resp.ResponseHeader)
+	return d.acquireOn(ctx, a, resp.ID, resp.TTL)
+}
+
+// errIdleExpired: an idle lease expired before the attempt that took it
+// used it; the attempt wrote nothing.
+var errIdleExpired = errors.New("etcd: idle lease expired")
+
+// acquireOn runs a's transaction on lease id, granted just now for ttl
+// seconds, or, when ttl is 0, taken from the pool and renewed in parallel
+// with the transaction: either way the lease lives a full TTL from the
+// call's start.
+func (d *Driver) acquireOn(ctx context.Context, a attempt, id clientv3.LeaseID, ttl int64) (backends.Grant, error) {
+	a.lease = id
+	if a.limit == 1 {
+		a.hk, a.val = a.lk, encodeValue(a.req.Token, a.req.Value)
+	} else {
+		a.hk, a.val = permitKey(a.lk, id), encodePermitValue(a.req.Token, a.limit, a.req.Value)
+	}
+	var renewed func(context.Context) (*pb.LeaseKeepAliveResponse, error)
+	if ttl == 0 {
+		renewed = d.renew.send(ctx, id)
+	}
+	tr, err := d.txnAcquire(ctx, a)
+	if renewed != nil {
+		ka, kaErr := renewed(ctx)
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			return backends.Grant{}, errIdleExpired
+		}
+		if kaErr == nil {
+			d.seen(ka.Header)
+			ttl = ka.TTL
+		} else if err == nil {
+			err = fmt.Errorf("etcd: renewing the lease for the attempt: %w", kaErr)
+		}
+	}
+	if err != nil {
+		// Revoking the lease undoes the transaction if it was applied.
+		d.revoke(ctx, a.lease)
+		return backends.Grant{}, d.wrap(err)
+	}
+	if a.limit > 1 {
+		err = d.permitOutcome(ctx, a, tr)
+	} else {
+		err = d.lockOutcome(ctx, a, tr)
+	}
+	if err != nil {
+		return backends.Grant{}, err
+	}
+	d.pool.hold(a.req.Key, a.req.Token, heldLease{lease: id, secs: a.secs, key: a.hk, rev: tr.Header.Revision})
+	g := backends.Grant{TTL: time.Duration(ttl) * time.Second}
+	if a.req.Fence {
+		g.Fence = uint64(tr.Header.Revision)
+	}
+	return g, nil
+}
+
+// txnAcquire is the acquisition's transaction.
+func (d *Driver) txnAcquire(ctx context.Context, a attempt) (*clientv3.TxnResponse, error) {
+	txn := d.client.Txn(ctx)
+	if a.limit == 1 {
+		txn = txn.If(
+			clientv3.Compare(clientv3.CreateRevision(a.lk), "=", 0),
+			clientv3.Compare(clientv3.CreateRevision(a.sp), "=", 0).WithPrefix(), // no permit of the name
+		).Then(
+			clientv3.OpPut(a.lk, a.val, clientv3.WithLease(a.lease)),
+		).Else(
+			clientv3.OpGet(a.sp, clientv3.WithFirstCreate()...),
+		)
+	} else {
+		txn = txn.If(
+			clientv3.Compare(clientv3.CreateRevision(a.hk), "=", 0),
+			clientv3.Compare(clientv3.CreateRevision(a.lk), "=", 0), // the name is no lock's
+		).Then(
+			clientv3.OpPut(a.hk, a.val, clientv3.WithLease(a.lease)),
+			// A transaction's reads see its writes: the new key is among
+			// these if it is one of the first a.limit.
+			clientv3.OpGet(a.sp, clientv3.WithPrefix(),
+				clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend),
+				clientv3.WithLimit(int64(a.limit))),
+		).Else(
+			clientv3.OpGet(a.lk, clientv3.WithCountOnly()),
+		)
+	}
+	resp, err := txn.Commit()
+	if err == nil {
+		d.seen(resp.Header)
+	}
+	return resp, err
+}
+
+// lockOutcome turns a lock's transaction into Acquire's error: nil when
+// it put the key.
+func (d *Driver) lockOutcome(ctx context.Context, a attempt, tr *clientv3.TxnResponse) error {
+	if tr.Succeeded {
+		return nil
+	}
+	d.idle(ctx, a) // nothing was written
+	if kvs := tr.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
+		if _, limit, _, ok := decodePermitValue(kvs[0].Value); ok {
+			return backends.LimitMismatch(a.req.Key, 1, limit)
+		}
+	}
+	d.notify.refused(a.lk, tr.Header.Revision, nil)
+	return backends.ErrNotAcquired
+}
+
+// idle returns the lease of an attempt that wrote nothing to the pool,
+// or revokes it.
+func (d *Driver) idle(ctx context.Context, a attempt) {
+	if !d.pool.give(a.secs, a.lease) {
+		d.revoke(ctx, a.lease)
+	}
+}
+
+// revoke revokes a lease of the driver's that no hold is on, deleting
+// whatever an attempt whose outcome is unknown put on it. It is a courtesy:
+// a lease left alone expires, so its error is dropped.
+func (d *Driver) revoke(ctx context.Context, lease clientv3.LeaseID) {
+	if resp, err := d.client.Revoke(ctx, lease); err == nil {
+		d.seen(resp.Header)
+	}
+}

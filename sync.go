@@ -169,10 +169,12 @@ func Do(ctx context.Context, l Locker, fn func(ctx context.Context) error) error
 
 // RunLeased runs fn while lease is held: it starts auto-extension, cancels
 // fn's context with the lease's error as cause when the lease is lost, and
-// releases the lease when fn returns. Do and the semaphore helpers are built
-// on it; use it directly for a lease obtained some other way. The result is
-// the same as Do's.
-func RunLeased(ctx context.Context, lease Lease, fn func(ctx context.Context) error) error {
+// releases the lease when fn returns, or panics (the panic then goes on).
+// Do, semaphore.Do and leader.Run are built on it; use it directly for a
+// lease obtained some other way. The result is the same as Do's. It calls
+// only the lease's AutoExtend, Done, Err and Release, and returns once the
+// goroutine that watches the lease has stopped.
+func RunLeased(ctx context.Context, lease Lease, fn func(ctx context.Context) error) (err error) {
 	lease.AutoExtend()
 	runCtx, cancel := context.WithCancelCause(ctx)
 	stopWatch := make(chan struct{})
@@ -185,18 +187,21 @@ func RunLeased(ctx context.Context, lease Lease, fn func(ctx context.Context) er
 		case <-stopWatch:
 		}
 	}()
-
-	fnErr := fn(runCtx)
-
-	close(stopWatch)
-	<-watchDone
-	cancel(nil)
-	relErr := lease.Release(ctx)
-	if lost := lease.Err(); errors.Is(lost, ErrLeaseLost) {
-		if fnErr != nil {
-			return errors.Join(fnErr, lost)
+	var fnErr error
+	defer func() {
+		close(stopWatch)
+		<-watchDone
+		cancel(nil)
+		relErr := lease.Release(ctx)
+		switch lost := lease.Err(); {
+		case !errors.Is(lost, ErrLeaseLost):
+			err = errors.Join(fnErr, relErr)
+		case fnErr != nil:
+			err = errors.Join(fnErr, lost)
+		default:
+			err = fmt.Errorf("%w (while the function ran)", lost)
 		}
-		return fmt.Errorf("%w (while the function ran)", lost)
-	}
-	return errors.Join(fnErr, relErr)
+	}()
+	fnErr = fn(runCtx)
+	return nil // set by the deferred release
 }

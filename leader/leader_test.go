@@ -249,6 +249,42 @@ func TestDuplicateInProcess(t *testing.T) {
 	})
 }
 
+// TestSameIDOnIndependentBackends: candidacies live on their backend, so
+// one candidate ID leads at once on two unrelated backends (two stores,
+// each wrapped by NewBackend under the same name "memory").
+func TestSameIDOnIndependentBackends(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b1, b2 := backendOn(t, newStore()), backendOn(t, newStore())
+		if b1.String() != b2.String() {
+			t.Fatalf("backends named %q and %q: the test needs equal names", b1, b2)
+		}
+		ctx := context.Background()
+		ready := make(chan struct{})
+		type result struct {
+			l   dsync.Leadership
+			err error
+		}
+		results := make(chan result, 2)
+		for _, b := range []*dsync.Backend{b1, b2} {
+			e := newElection(t, b, "e", "a", nil)
+			go func() {
+				<-ready
+				l, err := e.Campaign(ctx)
+				results <- result{l, err}
+			}()
+		}
+		close(ready)
+		for range 2 {
+			r := <-results
+			if r.err != nil {
+				t.Errorf("Campaign on one of two independent backends: %v", r.err)
+				continue
+			}
+			defer r.l.Resign(ctx)
+		}
+	})
+}
+
 // holdAs places a hold with value id on the election's key through the
 // driver, as another process of that ID would, and renews it until the
 // returned function is called (renew false: a crashed process's hold).

@@ -35,8 +35,7 @@ type Harness struct {
 	// URL opens the same service with dsync.Open in another process, for
 	// the checks whose clients are worker processes (killed, paused,
 	// contending across processes; see Main). Empty for a backend that
-	// lives in one process (memory): those checks are then logged as not
-	// applying.
+	// lives in one process (memory): those checks are then skipped.
 	URL string
 }
 
@@ -50,6 +49,7 @@ func Run(t *testing.T, h Harness) {
 	runChecks(t, []check{
 		{"BadInput", s.testBadInput},
 		{"Exclusive", s.testExclusive},
+		{"PlainContention", s.testPlainContention},
 		{"NotReentrant", s.testNotReentrant},
 		{"OnlyOwnerRefreshesAndReleases", s.testOnlyOwner},
 		{"ExpiryFrees", s.testExpiryFrees},

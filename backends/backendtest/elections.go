@@ -681,9 +681,7 @@ func termOf(ev event) uint64 {
 // retry period, by a leader of a greater term; at no moment on the
 // machine's clock do two processes lead.
 func (s *suite) testElectKilledLeader(t *testing.T) {
-	if !s.crossProcess(t) {
-		return
-	}
+	s.needCrossProcess(t)
 	name := uniqueKey(t)
 	ttl := max(s.h.ShortTTL, time.Second)
 	retryPeriod := min(ttl/4, leader.DefaultMaxRetryPeriod) // the workers' default
@@ -738,9 +736,7 @@ func (s *suite) testElectKilledLeader(t *testing.T) {
 // learns of its loss from its own clock, and every write it may make before
 // that carries its old term, which a fencing resource rejects.
 func (s *suite) testElectPausedLeader(t *testing.T) {
-	if !s.crossProcess(t) {
-		return
-	}
+	s.needCrossProcess(t)
 	name := uniqueKey(t)
 	ttl := max(s.h.ShortTTL, time.Second)
 	f := s.startFleet(t, name, 2, ttl)

@@ -557,6 +557,25 @@ func (s *suite) testDoCancelsOnLoss(t *testing.T) {
 	}
 }
 
+// testPlainContention: the driver answers an attempt on a held lock with
+// the bare ErrNotAcquired, as the SPI says, and leaves nothing behind.
+func (s *suite) testPlainContention(t *testing.T) {
+	ctx := testContext(t)
+	d := s.backend(t).Driver()
+	req := backends.Request{Key: uniqueKey(t), Token: "holder", TTL: time.Minute, Fence: true}
+	if _, err := d.Acquire(ctx, req); err != nil {
+		t.Fatalf("Acquire on a free key: %v", err)
+	}
+	t.Cleanup(func() { _ = d.Release(context.WithoutCancel(ctx), req.Key, "holder") })
+	req.Token = "contender"
+	if _, err := d.Acquire(ctx, req); err != backends.ErrNotAcquired {
+		t.Fatalf("Acquire on a held lock: %v, want the bare backends.ErrNotAcquired", err)
+	}
+	if err := d.Release(ctx, req.Key, "contender"); !errors.Is(err, backends.ErrNotHeld) {
+		t.Fatalf("Release of the refused token: %v, want ErrNotHeld (nothing left behind)", err)
+	}
+}
+
 func (s *suite) testUseAfterClose(t *testing.T) {
 	ctx := testContext(t)
 	b := s.h.NewBackend(t)

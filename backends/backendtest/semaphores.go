@@ -13,14 +13,20 @@ import (
 	"time"
 
 	"github.com/dsync-dev/dsync"
+	"github.com/dsync-dev/dsync/backends"
 	"github.com/dsync-dev/dsync/internal/testenv/proc"
 	"github.com/dsync-dev/dsync/semaphore"
 )
 
-// runSemaphores runs the semaphore checks.
+// runSemaphores runs the semaphore checks; only BadSize applies to a
+// driver that offers locks only.
 func (s *suite) runSemaphores(t *testing.T) {
+	runChecks(t, []check{{"BadSize", s.testSemBadSize}})
+	if caps := s.backend(t).Driver().Capabilities(); caps.MaxLimit < 2 {
+		t.Skipf("the %s driver offers locks only (MaxLimit %d)", caps.Name, caps.MaxLimit)
+	}
 	runChecks(t, []check{
-		{"BadSize", s.testSemBadSize},
+		{"PlainContention", s.testSemPlainContention},
 		{"AdmitsSize", s.testSemAdmitsSize},
 		{"ExpiryFrees", s.testSemExpiryFrees},
 		{"SizeMismatch", s.testSemSizeMismatch},
@@ -80,6 +86,29 @@ func (s *suite) testSemBadSize(t *testing.T) {
 	_, err = semaphore.New(b, "", 2, nil)
 	if !errors.Is(err, dsync.ErrInvalid) {
 		t.Errorf("New with an empty name: %v, want ErrInvalid", err)
+	}
+}
+
+// testSemPlainContention: the driver answers an attempt on a full
+// semaphore with the bare ErrNotAcquired, as the SPI says, and leaves
+// nothing behind.
+func (s *suite) testSemPlainContention(t *testing.T) {
+	ctx := testContext(t)
+	d := s.backend(t).Driver()
+	req := backends.Request{Key: uniqueKey(t), TTL: time.Minute, Limit: 2}
+	for _, tok := range []string{"holder-1", "holder-2"} {
+		req.Token = tok
+		if _, err := d.Acquire(ctx, req); err != nil {
+			t.Fatalf("Acquire %s of 2: %v", tok, err)
+		}
+		t.Cleanup(func() { _ = d.Release(context.WithoutCancel(ctx), req.Key, tok) })
+	}
+	req.Token = "contender"
+	if _, err := d.Acquire(ctx, req); err != backends.ErrNotAcquired {
+		t.Fatalf("Acquire on a full semaphore: %v, want the bare backends.ErrNotAcquired", err)
+	}
+	if err := d.Release(ctx, req.Key, "contender"); !errors.Is(err, backends.ErrNotHeld) {
+		t.Fatalf("Release of the refused token: %v, want ErrNotHeld (nothing left behind)", err)
 	}
 }
 
@@ -192,7 +221,7 @@ func (s *suite) testSemWake(t *testing.T) {
 	name := uniqueKey(t)
 	b := s.backend(t)
 	if !b.Driver().Capabilities().ReleaseNotices {
-		t.Fatalf("the %s driver offers no release wake-ups", b.Driver().Capabilities().Name)
+		t.Skipf("the %s driver offers no release wake-ups", b.Driver().Capabilities().Name)
 	}
 	full := newSemaphore(t, s.backend(t), name, 2, nil)
 	held := []dsync.Permit{mustPermit(t, ctx, full), mustPermit(t, ctx, full)}
@@ -361,9 +390,7 @@ func init() {
 // critical sections, stamped on the machine's monotonic clock, never
 // number more than Size at once.
 func (s *suite) testSemProcessHammer(t *testing.T) {
-	if !s.crossProcess(t) {
-		return
-	}
+	s.needCrossProcess(t)
 	name := uniqueKey(t)
 	const size, workers, rounds = 2, 4, 12
 	var ws []*worker
@@ -390,9 +417,7 @@ func (s *suite) testSemProcessHammer(t *testing.T) {
 // gives its permit back within its TTL, while a live holder's permit,
 // auto-extended, stays taken past its TTL.
 func (s *suite) testSemKilledHolder(t *testing.T) {
-	if !s.crossProcess(t) {
-		return
-	}
+	s.needCrossProcess(t)
 	ctx := testContext(t)
 	name := uniqueKey(t)
 	ttl := max(s.h.ShortTTL, time.Second)

@@ -19,8 +19,13 @@
 //		return run(ctx) // ctx is cancelled if the lock is lost
 //	})
 //
-// The portable implementations live in the locker, semaphore and leader
-// packages; backends live under backends/ and in redlock/.
+// Acquire, Campaign and Do block, retrying until they succeed or their
+// context ends; Observe streams from a goroutine until its context ends;
+// every other call makes one attempt bounded by its context. A
+// failed acquisition leaves nothing held; a lease never released is left
+// to expire on the backend after its TTL. Errors match the sentinels of
+// errors.go. The portable implementations live in the locker, semaphore and
+// leader packages; backends live under backends/ and in redlock/.
 package dsync
 
 import (

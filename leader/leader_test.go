@@ -12,6 +12,7 @@ import (
 	"github.com/dsync-dev/dsync/backends"
 	"github.com/dsync-dev/dsync/backends/memory"
 	"github.com/dsync-dev/dsync/internal/testenv/leakcheck"
+	"github.com/dsync-dev/dsync/internal/testenv/testutil"
 	"github.com/dsync-dev/dsync/leader"
 )
 
@@ -24,12 +25,7 @@ func newStore() *memory.Store { return memory.NewStore(nil) }
 // backendOn returns a new client of store, closed at the end of the test.
 func backendOn(t *testing.T, store *memory.Store) *dsync.Backend {
 	t.Helper()
-	b, err := dsync.NewBackend(memory.New(&memory.Options{Store: store}), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = b.Close() })
-	return b
+	return testutil.NewBackend(t, memory.New(&memory.Options{Store: store}))
 }
 
 func newElection(t *testing.T, b *dsync.Backend, name, id string, opts *leader.Options) *leader.Election {

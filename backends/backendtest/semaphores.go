@@ -15,6 +15,7 @@ import (
 	"github.com/dsync-dev/dsync"
 	"github.com/dsync-dev/dsync/backends"
 	"github.com/dsync-dev/dsync/internal/testenv/proc"
+	"github.com/dsync-dev/dsync/internal/testenv/testutil"
 	"github.com/dsync-dev/dsync/semaphore"
 )
 
@@ -46,15 +47,6 @@ func newSemaphore(t testing.TB, b *dsync.Backend, name string, size int, opts *s
 		t.Fatalf("semaphore.New(%q, %d): %v", name, size, err)
 	}
 	return sem
-}
-
-func mustPermit(t testing.TB, ctx context.Context, sem dsync.Semaphore) dsync.Permit {
-	t.Helper()
-	p, err := sem.TryAcquire(ctx)
-	if err != nil {
-		t.Fatalf("TryAcquire: %v", err)
-	}
-	return p
 }
 
 func wantFull(t testing.TB, ctx context.Context, sem dsync.Semaphore) {
@@ -93,9 +85,9 @@ func (s *suite) testSemBadSize(t *testing.T) {
 // semaphore with the bare ErrNotAcquired, as the SPI says, and leaves
 // nothing behind.
 func (s *suite) testSemPlainContention(t *testing.T) {
-	ctx := testContext(t)
+	ctx := testutil.Context(t)
 	d := s.backend(t).Driver()
-	req := backends.Request{Key: uniqueKey(t), TTL: time.Minute, Limit: 2}
+	req := backends.Request{Key: testutil.UniqueKey(t), TTL: time.Minute, Limit: 2}
 	for _, tok := range []string{"holder-1", "holder-2"} {
 		req.Token = tok
 		if _, err := d.Acquire(ctx, req); err != nil {
@@ -116,8 +108,8 @@ func (s *suite) testSemPlainContention(t *testing.T) {
 // permits are granted, a release frees exactly one, and fencing tokens grow
 // over all permits.
 func (s *suite) testSemAdmitsSize(t *testing.T) {
-	ctx := testContext(t)
-	name := uniqueKey(t)
+	ctx := testutil.Context(t)
+	name := testutil.UniqueKey(t)
 	const size = 3
 	var sems []*semaphore.Semaphore
 	for range size + 1 {
@@ -126,7 +118,7 @@ func (s *suite) testSemAdmitsSize(t *testing.T) {
 	var permits []dsync.Permit
 	var last uint64
 	for i := range size {
-		p := mustPermit(t, ctx, sems[i])
+		p := testutil.MustPermit(t, ctx, sems[i])
 		if tok := p.Token(); tok != 0 {
 			if tok <= last {
 				t.Fatalf("permit %d: token %d not above %d", i, tok, last)
@@ -139,7 +131,7 @@ func (s *suite) testSemAdmitsSize(t *testing.T) {
 	if err := permits[1].Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	p := mustPermit(t, ctx, sems[size])
+	p := testutil.MustPermit(t, ctx, sems[size])
 	if tok := p.Token(); tok != 0 && tok <= last {
 		t.Fatalf("permit after a release: token %d not above %d", tok, last)
 	}
@@ -153,7 +145,7 @@ func (s *suite) testSemAdmitsSize(t *testing.T) {
 		t.Fatalf("second release of a permit: %v, want ErrNotHeld", err)
 	}
 	for i := range size {
-		permits[i] = mustPermit(t, ctx, sems[i])
+		permits[i] = testutil.MustPermit(t, ctx, sems[i])
 	}
 	for _, q := range permits {
 		_ = q.Release(ctx)
@@ -163,11 +155,11 @@ func (s *suite) testSemAdmitsSize(t *testing.T) {
 // testSemExpiryFrees: permits that are not extended expire, are reported
 // lost, and free their slots.
 func (s *suite) testSemExpiryFrees(t *testing.T) {
-	ctx := testContext(t)
-	name := uniqueKey(t)
+	ctx := testutil.Context(t)
+	name := testutil.UniqueKey(t)
 	ttl := s.h.ShortTTL
 	sem := newSemaphore(t, s.backend(t), name, 2, &semaphore.Options{TTL: ttl})
-	a, b := mustPermit(t, ctx, sem), mustPermit(t, ctx, sem)
+	a, b := testutil.MustPermit(t, ctx, sem), testutil.MustPermit(t, ctx, sem)
 	other := newSemaphore(t, s.backend(t), name, 2, &semaphore.Options{TTL: ttl})
 	wantFull(t, ctx, other)
 	for _, p := range []dsync.Permit{a, b} {
@@ -181,11 +173,11 @@ func (s *suite) testSemExpiryFrees(t *testing.T) {
 		}
 	}
 	var p dsync.Permit
-	eventually(t, 3*ttl+10*time.Second, "a permit after the others expired", func() bool {
+	testutil.Eventually(t, 3*ttl+10*time.Second, func() bool {
 		var err error
 		p, err = other.TryAcquire(ctx)
 		return err == nil
-	})
+	}, "a permit after the others expired")
 	_ = p.Release(ctx)
 }
 
@@ -193,11 +185,11 @@ func (s *suite) testSemExpiryFrees(t *testing.T) {
 // clear error (not a wait) while holders of the other size are live; once
 // they are gone, the new size holds.
 func (s *suite) testSemSizeMismatch(t *testing.T) {
-	ctx := testContext(t)
-	name := uniqueKey(t)
+	ctx := testutil.Context(t)
+	name := testutil.UniqueKey(t)
 	three := newSemaphore(t, s.backend(t), name, 3, nil)
 	two := newSemaphore(t, s.backend(t), name, 2, nil)
-	p := mustPermit(t, ctx, three)
+	p := testutil.MustPermit(t, ctx, three)
 	_, err := two.Acquire(ctx) // blocking: must not wait out ctx
 	var inv *dsync.InvalidError
 	if !errors.As(err, &inv) || inv.Field != "size" {
@@ -209,7 +201,7 @@ func (s *suite) testSemSizeMismatch(t *testing.T) {
 	if err := p.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	q := mustPermit(t, ctx, two)
+	q := testutil.MustPermit(t, ctx, two)
 	if _, err := three.TryAcquire(ctx); !errors.As(err, &inv) {
 		t.Fatalf("TryAcquire with size 3 while size 2 is held: %v, want an InvalidError", err)
 	}
@@ -217,14 +209,14 @@ func (s *suite) testSemSizeMismatch(t *testing.T) {
 }
 
 func (s *suite) testSemWake(t *testing.T) {
-	ctx := testContext(t)
-	name := uniqueKey(t)
+	ctx := testutil.Context(t)
+	name := testutil.UniqueKey(t)
 	b := s.backend(t)
 	if !b.Driver().Capabilities().ReleaseNotices {
 		t.Skipf("the %s driver offers no release wake-ups", b.Driver().Capabilities().Name)
 	}
 	full := newSemaphore(t, s.backend(t), name, 2, nil)
-	held := []dsync.Permit{mustPermit(t, ctx, full), mustPermit(t, ctx, full)}
+	held := []dsync.Permit{testutil.MustPermit(t, ctx, full), testutil.MustPermit(t, ctx, full)}
 	const retryDelay = 30 * time.Second
 	p := &signalPolicy{delay: retryDelay, waiting: make(chan struct{}, 1)}
 	waiter := newSemaphore(t, b, name, 2, &semaphore.Options{Retry: p})
@@ -256,10 +248,10 @@ func (s *suite) testSemWake(t *testing.T) {
 // testSemCancel: a waiter that gives up on a full semaphore leaves nothing
 // held: after one release, exactly one permit is free.
 func (s *suite) testSemCancel(t *testing.T) {
-	ctx := testContext(t)
-	name := uniqueKey(t)
+	ctx := testutil.Context(t)
+	name := testutil.UniqueKey(t)
 	sem := newSemaphore(t, s.backend(t), name, 2, nil)
-	held := []dsync.Permit{mustPermit(t, ctx, sem), mustPermit(t, ctx, sem)}
+	held := []dsync.Permit{testutil.MustPermit(t, ctx, sem), testutil.MustPermit(t, ctx, sem)}
 	wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	_, err := newSemaphore(t, s.backend(t), name, 2, nil).Acquire(wctx)
 	cancel()
@@ -269,15 +261,15 @@ func (s *suite) testSemCancel(t *testing.T) {
 	if err := held[0].Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	p := mustPermit(t, ctx, sem)
+	p := testutil.MustPermit(t, ctx, sem)
 	wantFull(t, ctx, sem)
 	_ = p.Release(ctx)
 	_ = held[1].Release(ctx)
 }
 
 func (s *suite) testSemDo(t *testing.T) {
-	ctx := testContext(t)
-	name := uniqueKey(t)
+	ctx := testutil.Context(t)
+	name := testutil.UniqueKey(t)
 	sem := newSemaphore(t, s.backend(t), name, 1, nil)
 	other := newSemaphore(t, s.backend(t), name, 1, nil)
 	ran := false
@@ -289,15 +281,15 @@ func (s *suite) testSemDo(t *testing.T) {
 	if err != nil || !ran {
 		t.Fatalf("Do: ran %v, err %v", ran, err)
 	}
-	p := mustPermit(t, ctx, other) // Do released its permit
+	p := testutil.MustPermit(t, ctx, other) // Do released its permit
 	_ = p.Release(ctx)
 }
 
 // testSemHammer: many goroutines over several clients; the number inside
 // the critical section never exceeds Size.
 func (s *suite) testSemHammer(t *testing.T) {
-	ctx := testContext(t)
-	name := uniqueKey(t)
+	ctx := testutil.Context(t)
+	name := testutil.UniqueKey(t)
 	const size, clients, perClient, rounds = 3, 3, 3, 10
 	var (
 		inside, most atomic.Int32
@@ -391,7 +383,7 @@ func init() {
 // number more than Size at once.
 func (s *suite) testSemProcessHammer(t *testing.T) {
 	s.needCrossProcess(t)
-	name := uniqueKey(t)
+	name := testutil.UniqueKey(t)
 	const size, workers, rounds = 2, 4, 12
 	var ws []*worker
 	for range workers {
@@ -418,8 +410,8 @@ func (s *suite) testSemProcessHammer(t *testing.T) {
 // auto-extended, stays taken past its TTL.
 func (s *suite) testSemKilledHolder(t *testing.T) {
 	s.needCrossProcess(t)
-	ctx := testContext(t)
-	name := uniqueKey(t)
+	ctx := testutil.Context(t)
+	name := testutil.UniqueKey(t)
 	ttl := max(s.h.ShortTTL, time.Second)
 	args := map[string]string{"name": name, "size": "2", "ttl": ttl.String()}
 	doomed, alive := s.startWorker(t, "sem-hold", args), s.startWorker(t, "sem-hold", args)
@@ -432,11 +424,11 @@ func (s *suite) testSemKilledHolder(t *testing.T) {
 	doomed.Kill(t)
 	killed := time.Now()
 	var p dsync.Permit
-	eventually(t, 3*ttl+10*time.Second, "the killed holder's permit back", func() bool {
+	testutil.Eventually(t, 3*ttl+10*time.Second, func() bool {
 		var err error
 		p, err = sem.TryAcquire(ctx)
 		return err == nil
-	})
+	}, "the killed holder's permit back")
 	t.Logf("permit back %v after the kill (ttl %v)", time.Since(killed), ttl)
 	p.AutoExtend() // it fills the semaphore with the live holder's below
 	defer p.Release(ctx)

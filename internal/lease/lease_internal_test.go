@@ -11,6 +11,7 @@ import (
 	"github.com/dsync-dev/dsync/backends"
 	"github.com/dsync-dev/dsync/backends/memory"
 	"github.com/dsync-dev/dsync/internal/testenv/leakcheck"
+	"github.com/dsync-dev/dsync/internal/testenv/testutil"
 	"github.com/dsync-dev/dsync/retry"
 )
 
@@ -20,11 +21,7 @@ func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }
 // TTL of 1s.
 func testConfig(t *testing.T, d backends.Driver, key string, opts *Options) *Config {
 	t.Helper()
-	b, err := dsync.NewBackend(d, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = b.Close() })
+	b := testutil.NewBackend(t, d)
 	if opts == nil {
 		opts = &Options{}
 	}

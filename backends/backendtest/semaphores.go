@@ -87,7 +87,7 @@ func (s *suite) testSemBadSize(t *testing.T) {
 func (s *suite) testSemPlainContention(t *testing.T) {
 	ctx := testutil.Context(t)
 	d := s.backend(t).Driver()
-	req := backends.Request{Key: testutil.UniqueKey(t), TTL: time.Minute, Limit: 2}
+	req := backends.Request{Key: testutil.UniqueKey(t), TTL: s.driverTTL(d), Limit: 2}
 	for _, tok := range []string{"holder-1", "holder-2"} {
 		req.Token = tok
 		if _, err := d.Acquire(ctx, req); err != nil {

@@ -82,8 +82,9 @@ type Lease interface {
 	// Release gives the hold up. If ctx is already done, Release still
 	// tries once on a fresh context with a short timeout, so that a
 	// cancelled caller does not leave the hold to expire. It returns
-	// ErrNotHeld if the hold had already expired or been released; the
-	// lease has ended either way.
+	// ErrNotHeld if the hold had already expired or been released, or if
+	// the release's outcome is unknown (no reply: the error also matches
+	// the cause, a context's error say); the lease has ended either way.
 	Release(ctx context.Context) error
 }
 
@@ -94,7 +95,8 @@ type Locker interface {
 	// backoff and waking early when the backend reports a release. If ctx
 	// ends or the retry policy gives up first, it returns an error matching
 	// ErrNotAcquired (and ctx's error when that was the cause) and leaves
-	// nothing held.
+	// nothing held. Acquire and TryAcquire called with a done ctx return
+	// at once, with no I/O.
 	Acquire(ctx context.Context) (Lease, error)
 	// TryAcquire makes one attempt. It returns an error matching
 	// ErrNotAcquired if the lock is held by another owner.

@@ -16,8 +16,12 @@ import (
 // it returns the bare dsync.ErrNotAcquired. If the outcome is unknown (the
 // call failed or timed out) or the hold came back with no validity left,
 // it releases the token before returning, since the server may have
-// applied it, and the attempt counts as failed.
+// applied it, and the attempt counts as failed. If ctx is already done it
+// sends nothing and returns c.notStarted's error.
 func (c *Config) Attempt(ctx context.Context) (*Lease, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, c.notStarted(err)
+	}
 	token := NewToken()
 	req := backends.Request{Key: c.Key, Token: token, Value: c.Value, TTL: c.TTL, Limit: c.Limit, Fence: c.Fence}
 	start := time.Now()
@@ -55,7 +59,8 @@ func (c *Config) TryAcquire(ctx context.Context) (*Lease, error) {
 // backend line up first come first served, and only the first contends on
 // the backend. It gives up when ctx ends or the policy does, with an error
 // matching dsync.ErrNotAcquired (and ctx's error when that was the cause);
-// nothing is left held then. Errors no retry can cure (dsync.ErrInvalid,
+// nothing is left held then. With ctx already done it returns at once, with
+// no I/O. Errors no retry can cure (dsync.ErrInvalid,
 // ErrClosed, ErrUnsupported) end it at once.
 //
 // between, when not nil, runs after every attempt that met contention,
@@ -67,6 +72,9 @@ func (c *Config) TryAcquire(ctx context.Context) (*Lease, error) {
 // is not missed. An uncontended Acquire costs one attempt, no subscription
 // and no backoff.
 func (c *Config) Acquire(ctx context.Context, between func(context.Context) error) (*Lease, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, c.notStarted(err)
+	}
 	turn, err := waitTurn(ctx, c)
 	if err != nil {
 		return nil, c.gaveUp(err, errors.New("waiting behind other waiters of this process"))
@@ -140,6 +148,12 @@ func (c *Config) gaveUp(cause, last error) error {
 		return fmt.Errorf("%w: %s: %w", dsync.ErrNotAcquired, c.taken(), cause)
 	}
 	return fmt.Errorf("%w: %q: %w (last attempt: %w)", dsync.ErrNotAcquired, c.Key, cause, last)
+}
+
+// notStarted is the error of an acquisition whose ctx was done before it
+// began: it matches dsync.ErrNotAcquired and ctx's error.
+func (c *Config) notStarted(ctxErr error) error {
+	return fmt.Errorf("%w: %q: %w", dsync.ErrNotAcquired, c.Key, ctxErr)
 }
 
 // taken describes plain contention for messages: a lock held by another

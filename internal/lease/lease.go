@@ -316,16 +316,27 @@ func (l *Lease) Release(ctx context.Context) error {
 		// The lease was lost before; the hold may still have been there.
 		return fmt.Errorf("%w: %w", dsync.ErrNotHeld, lost)
 	}
+	if err != nil && !errors.Is(err, dsync.ErrNotHeld) && !final(err) {
+		// No reply (a timeout, a broken connection): the lease has ended
+		// here all the same, and the hold, if it stayed, expires.
+		return fmt.Errorf("%w: %q: the release's outcome is unknown, so the hold may stay until it expires: %w", dsync.ErrNotHeld, l.key, err)
+	}
 	return err
 }
 
-// release removes a hold within cfg.ReleaseTimeout, on a fresh context when
-// ctx is already done, so that a cancelled caller still cleans up.
+// release removes a hold within cfg.ReleaseTimeout and the caller's
+// deadline. When ctx is already done it works on a fresh context, so that
+// a cancelled caller still cleans up, bounded by the caller's deadline if
+// that is still ahead and sooner than the release timeout.
 func release(ctx context.Context, cfg *Config, key, token string) error {
+	timeout := cfg.ReleaseTimeout
 	if ctx.Err() != nil {
+		if dl, ok := ctx.Deadline(); ok && time.Until(dl) > 0 {
+			timeout = min(timeout, time.Until(dl))
+		}
 		ctx = context.WithoutCancel(ctx)
 	}
-	ctx, cancel := context.WithTimeout(ctx, cfg.ReleaseTimeout)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	return cfg.Driver.Release(ctx, key, token)
 }

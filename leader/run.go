@@ -125,32 +125,17 @@ func lead(ctx context.Context, l dsync.Leadership, fn func(context.Context, uint
 }
 
 // termLease is a term seen as the lease that dsync.RunLeased runs fn
-// under. RunLeased calls only AutoExtend (a term renews itself already),
-// Done, Err and Release (Resign); the other methods answer for the term
-// as well as they can.
+// under. RunLeased calls only AutoExtend (a no-op: a term renews itself),
+// Done, Err and Release (Resign); Key, Expires, Validity and Extend are
+// there for the interface and report nothing.
 type termLease struct{ dsync.Leadership }
 
 var _ dsync.Lease = termLease{}
 
-func (termLease) Key() string                         { return "" }
 func (t termLease) Token() uint64                     { return t.Term() }
-func (termLease) AutoExtend()                         {}
 func (t termLease) Release(ctx context.Context) error { return t.Resign(ctx) }
-
-func (t termLease) Expires() time.Time {
-	if e, ok := t.Leadership.(interface{ Expires() time.Time }); ok {
-		return e.Expires()
-	}
-	return time.Time{}
-}
-
-func (t termLease) Validity() time.Duration {
-	if t.Err() != nil {
-		return 0
-	}
-	return max(time.Until(t.Expires()), 0)
-}
-
-func (termLease) Extend(context.Context) error {
-	return fmt.Errorf("%w: a term renews itself", dsync.ErrUnsupported)
-}
+func (termLease) AutoExtend()                         {}
+func (termLease) Key() string                         { return "" }
+func (termLease) Expires() time.Time                  { return time.Time{} }
+func (termLease) Validity() time.Duration             { return 0 }
+func (termLease) Extend(context.Context) error        { return dsync.ErrUnsupported }

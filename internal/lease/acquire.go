@@ -23,7 +23,7 @@ func (c *Config) Attempt(ctx context.Context) (*Lease, error) {
 		return nil, c.notStarted(err)
 	}
 	token := NewToken()
-	req := backends.Request{Key: c.Key, Token: token, Value: c.Value, TTL: c.TTL, Limit: c.Limit, Fence: c.Fence}
+	req := backends.Request{Key: c.Key, Token: token, Value: c.Value, TTL: c.TTL, Limit: c.Limit, Fence: !c.NoFencing}
 	start := time.Now()
 	actx, cancel := context.WithTimeout(ctx, c.AttemptTimeout)
 	g, err := c.Driver.Acquire(actx, req)

@@ -37,37 +37,14 @@ type Options struct {
 
 // Config is the validated, immutable configuration of the leases of one
 // primitive: one key of one backend, limit holders. New fills and checks
-// it; the rest of this package trusts it.
+// it; the rest of this package trusts it. Its Options have every default
+// filled in: Retry is set, and MaxHold is 0 for no bound.
 type Config struct {
+	Options
 	Backend *dsync.Backend
 	Driver  backends.Driver // Backend.Driver()
 	Key     string
-	// Request template: Limit, Value and Fence; Token and TTL are set per
-	// attempt.
-	Limit int
-	Value []byte
-	Fence bool
-	// TTL is the requested time to live.
-	TTL time.Duration
-	// DriftFactor and DriftMin make the clock-drift allowance subtracted
-	// from every validity: TTL*DriftFactor + DriftMin.
-	DriftFactor float64
-	DriftMin    time.Duration
-	// AttemptTimeout bounds one driver call of an acquisition attempt.
-	AttemptTimeout time.Duration
-	// ReleaseTimeout bounds a release, and the clean-up of a failed
-	// attempt.
-	ReleaseTimeout time.Duration
-	// ExtendInterval is the auto-extension period; zero means a third of
-	// the granted TTL.
-	ExtendInterval time.Duration
-	// MaxExtensions and MaxHold bound extension; zero means no bound.
-	MaxExtensions int
-	MaxHold       time.Duration
-	// Retry spaces out the attempts of Acquire.
-	Retry retry.Policy
-	// AutoExtend starts auto-extension on every lease as it is acquired.
-	AutoExtend bool
+	Limit   int
 }
 
 // New checks opts (nil means defaults) for leases of limit holders on key
@@ -115,14 +92,7 @@ func New(b *dsync.Backend, key string, limit int, opts *Options) (*Config, error
 	if o.DriftFactor >= 1 {
 		return nil, backends.Invalid("drift factor", "%v is not below 1", o.DriftFactor)
 	}
-	c := &Config{
-		Backend: b, Driver: b.Driver(), Key: key,
-		Limit: limit, Value: o.Value, Fence: !o.NoFencing, TTL: o.TTL,
-		DriftFactor: o.DriftFactor, DriftMin: o.DriftMin,
-		AttemptTimeout: o.AttemptTimeout, ReleaseTimeout: o.ReleaseTimeout,
-		ExtendInterval: o.ExtendInterval, MaxExtensions: o.MaxExtensions, MaxHold: max(o.MaxHold, 0),
-		Retry: o.Retry, AutoExtend: o.AutoExtend,
-	}
+	c := &Config{Options: o, Backend: b, Driver: b.Driver(), Key: key, Limit: limit}
 	validity := o.TTL - c.Drift(o.TTL)
 	switch {
 	case validity <= 0:
@@ -134,6 +104,7 @@ func New(b *dsync.Backend, key string, limit int, opts *Options) (*Config, error
 	case o.MaxHold > 0 && o.MaxHold < o.TTL:
 		return nil, backends.Invalid("max hold", "%v is below the ttl %v", o.MaxHold, o.TTL)
 	}
+	c.MaxHold = max(c.MaxHold, 0)
 	if c.Retry == nil {
 		var err error
 		c.Retry, err = retry.NewExponential(&retry.ExponentialOptions{Min: d.RetryMin, Max: d.RetryMax})

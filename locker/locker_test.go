@@ -89,8 +89,7 @@ func TestAutoExtendUnboundedWithNegativeMaxHold(t *testing.T) {
 func TestLossIsDetectedAtRefresh(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := memory.NewStore(nil)
-		b, _ := dsync.NewBackend(memory.New(&memory.Options{Store: store}), nil)
-		defer b.Close()
+		b := testutil.NewBackend(t, memory.New(&memory.Options{Store: store}))
 		const ttl = 3 * time.Second
 		l, _ := locker.New(b, "k", &locker.Options{TTL: ttl, AutoExtend: true})
 		start := time.Now()

@@ -18,6 +18,9 @@ type Backend struct {
 
 	closeOnce sync.Once
 	closeErr  error
+
+	stateMu sync.Mutex
+	state   map[any]any // protected by stateMu; see State
 }
 
 // Defaults are the settings a backend's URL chose for the primitives built on
@@ -76,6 +79,26 @@ func (d Defaults) validate() error {
 
 // Driver returns the backend's driver, for the packages built over the SPI.
 func (b *Backend) Driver() backends.Driver { return b.driver }
+
+// State returns the value kept on b under key, made by create on the first
+// call with that key. The packages built over the SPI keep their
+// per-backend state here (a leader's live candidacies, the local waiting
+// lines), under a key of a package-private type, so that two backends never
+// share it and nothing outlives b. It is safe for concurrent use; create
+// runs under b's lock and must not call State.
+func (b *Backend) State(key any, create func() any) any {
+	b.stateMu.Lock()
+	defer b.stateMu.Unlock()
+	v, ok := b.state[key]
+	if !ok {
+		if b.state == nil {
+			b.state = make(map[any]any)
+		}
+		v = create()
+		b.state[key] = v
+	}
+	return v
+}
 
 // Defaults returns the settings the backend's URL chose.
 func (b *Backend) Defaults() Defaults { return b.defaults }

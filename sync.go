@@ -19,8 +19,13 @@
 //		return run(ctx) // ctx is cancelled if the lock is lost
 //	})
 //
-// The portable implementations live in the locker, semaphore and leader
-// packages; backends live under backends/ and in redlock/.
+// Acquire, Campaign and Do block, retrying until they succeed or their
+// context ends; Observe streams from a goroutine until its context ends;
+// every other call makes one attempt bounded by its context. A
+// failed acquisition leaves nothing held; a lease never released is left
+// to expire on the backend after its TTL. Errors match the sentinels of
+// errors.go. The portable implementations live in the locker, semaphore and
+// leader packages; backends live under backends/ and in redlock/.
 package dsync
 
 import (
@@ -77,8 +82,9 @@ type Lease interface {
 	// Release gives the hold up. If ctx is already done, Release still
 	// tries once on a fresh context with a short timeout, so that a
 	// cancelled caller does not leave the hold to expire. It returns
-	// ErrNotHeld if the hold had already expired or been released; the
-	// lease has ended either way.
+	// ErrNotHeld if the hold had already expired or been released, or if
+	// the release's outcome is unknown (no reply: the error also matches
+	// the cause, a context's error say); the lease has ended either way.
 	Release(ctx context.Context) error
 }
 
@@ -89,7 +95,8 @@ type Locker interface {
 	// backoff and waking early when the backend reports a release. If ctx
 	// ends or the retry policy gives up first, it returns an error matching
 	// ErrNotAcquired (and ctx's error when that was the cause) and leaves
-	// nothing held.
+	// nothing held. Acquire and TryAcquire called with a done ctx return
+	// at once, with no I/O.
 	Acquire(ctx context.Context) (Lease, error)
 	// TryAcquire makes one attempt. It returns an error matching
 	// ErrNotAcquired if the lock is held by another owner.
@@ -169,10 +176,12 @@ func Do(ctx context.Context, l Locker, fn func(ctx context.Context) error) error
 
 // RunLeased runs fn while lease is held: it starts auto-extension, cancels
 // fn's context with the lease's error as cause when the lease is lost, and
-// releases the lease when fn returns. Do and the semaphore helpers are built
-// on it; use it directly for a lease obtained some other way. The result is
-// the same as Do's.
-func RunLeased(ctx context.Context, lease Lease, fn func(ctx context.Context) error) error {
+// releases the lease when fn returns, or panics (the panic then goes on).
+// Do, semaphore.Do and leader.Run are built on it; use it directly for a
+// lease obtained some other way. The result is the same as Do's. It calls
+// only the lease's AutoExtend, Done, Err and Release, and returns once the
+// goroutine that watches the lease has stopped.
+func RunLeased(ctx context.Context, lease Lease, fn func(ctx context.Context) error) (err error) {
 	lease.AutoExtend()
 	runCtx, cancel := context.WithCancelCause(ctx)
 	stopWatch := make(chan struct{})
@@ -185,18 +194,21 @@ func RunLeased(ctx context.Context, lease Lease, fn func(ctx context.Context) er
 		case <-stopWatch:
 		}
 	}()
-
-	fnErr := fn(runCtx)
-
-	close(stopWatch)
-	<-watchDone
-	cancel(nil)
-	relErr := lease.Release(ctx)
-	if lost := lease.Err(); errors.Is(lost, ErrLeaseLost) {
-		if fnErr != nil {
-			return errors.Join(fnErr, lost)
+	var fnErr error
+	defer func() {
+		close(stopWatch)
+		<-watchDone
+		cancel(nil)
+		relErr := lease.Release(ctx)
+		switch lost := lease.Err(); {
+		case !errors.Is(lost, ErrLeaseLost):
+			err = errors.Join(fnErr, relErr)
+		case fnErr != nil:
+			err = errors.Join(fnErr, lost)
+		default:
+			err = fmt.Errorf("%w (while the function ran)", lost)
 		}
-		return fmt.Errorf("%w (while the function ran)", lost)
-	}
-	return errors.Join(fnErr, relErr)
+	}()
+	fnErr = fn(runCtx)
+	return nil // set by the deferred release
 }

@@ -4,13 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/dsync-dev/dsync"
 	"github.com/dsync-dev/dsync/backends"
 	"github.com/dsync-dev/dsync/internal/lease"
-	"github.com/dsync-dev/dsync/locker"
 	"github.com/dsync-dev/dsync/retry"
 )
 
@@ -69,10 +67,8 @@ type Options struct {
 // while the first is under way or its leadership lasts fails with
 // ErrDuplicateID.
 type Election struct {
-	b               *dsync.Backend
 	name, id        string
 	cfg             *lease.Config
-	policy          retry.Policy
 	retryPeriod     time.Duration
 	observeInterval time.Duration
 }
@@ -100,12 +96,12 @@ func New(b *dsync.Backend, name, candidateID string, opts *Options) (*Election, 
 	case o.ObserveInterval < 0:
 		return nil, backends.Invalid("observe interval", "%v is negative", o.ObserveInterval)
 	}
-	cfg, _, _, err := locker.Config(b, name, 1, &locker.Options{
+	cfg, err := lease.New(b, name, 1, &lease.Options{
 		TTL: o.TTL, Value: []byte(candidateID),
 		DriftFactor: o.DriftFactor, DriftMin: o.DriftMin,
 		AttemptTimeout: o.AttemptTimeout, ReleaseTimeout: o.ReleaseTimeout,
-		ExtendInterval: o.RenewInterval,
-		MaxHold:        -1, // a leader leads for as long as it lives
+		ExtendInterval: o.RenewInterval, AutoExtend: true,
+		MaxHold: -1, // a leader leads for as long as it lives
 	})
 	if err != nil {
 		var ie *dsync.InvalidError
@@ -130,14 +126,14 @@ func New(b *dsync.Backend, name, candidateID string, opts *Options) (*Election, 
 	if o.ObserveInterval == 0 {
 		o.ObserveInterval = o.RetryPeriod
 	}
-	policy := o.Retry
-	if policy == nil {
-		if policy, err = retry.NewConstant(&retry.ConstantOptions{Delay: o.RetryPeriod, Jitter: retryJitter}); err != nil {
+	cfg.Retry = o.Retry
+	if cfg.Retry == nil {
+		if cfg.Retry, err = retry.NewConstant(&retry.ConstantOptions{Delay: o.RetryPeriod, Jitter: retryJitter}); err != nil {
 			return nil, backends.Invalid("retry period", "%v", err)
 		}
 	}
 	return &Election{
-		b: b, name: name, id: candidateID, cfg: cfg, policy: policy,
+		name: name, id: candidateID, cfg: cfg,
 		retryPeriod: o.RetryPeriod, observeInterval: o.ObserveInterval,
 	}, nil
 }
@@ -163,13 +159,12 @@ func (e *Election) RetryPeriod() time.Duration { return e.retryPeriod }
 // On failure nothing is held and the error matches dsync.ErrNotAcquired,
 // and ctx's error when ctx ended. Campaign fails at once, with an error
 // matching ErrDuplicateID, while this candidate ID already campaigns or
-// leads in an election of the same name on a backend of the same URL in
-// this process. If the current leader has this candidate's ID but is not
-// this process's, Campaign waits out the remaining TTL that the backend
-// reports for it (the hold of a previous run of this process, which
-// crashed, expires by then), and fails with ErrDuplicateID if that leader
-// is still there after it: another live process campaigns with the same
-// ID. Errors no retry can cure (a closed backend: dsync.ErrClosed;
+// leads in an election of the same name on the same *dsync.Backend. If
+// the current leader has this candidate's ID but is not this Backend's,
+// Campaign waits out the remaining TTL that the backend reports for it
+// (the hold of a previous run of this process, which crashed, expires by
+// then), and fails with ErrDuplicateID if that leader is still there after
+// it: another live client campaigns with the same ID. Errors no retry can cure (a closed backend: dsync.ErrClosed;
 // dsync.ErrInvalid, dsync.ErrUnsupported) end it at once; other failed
 // attempts are retried.
 func (e *Election) Campaign(ctx context.Context) (dsync.Leadership, error) {
@@ -185,55 +180,15 @@ func (e *Election) campaign(ctx context.Context) (*Leadership, error) {
 	if err != nil {
 		return nil, err
 	}
-	ls, err := e.acquire(ctx)
+	var dup dupWatch
+	ls, err := e.cfg.Acquire(ctx, func(ctx context.Context) error { return e.checkDuplicate(ctx, &dup) })
 	if err != nil {
 		c.unregister()
 		return nil, err
 	}
 	l := &Leadership{lease: ls, c: c}
 	c.lead(l)
-	ls.AutoExtend()
 	return l, nil
-}
-
-// acquire blocks until it obtains the election's lease; see Campaign.
-func (e *Election) acquire(ctx context.Context) (*lease.Lease, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("%w: election %q: %w", dsync.ErrNotAcquired, e.name, err)
-	}
-	var wake <-chan struct{}
-	// Subscribe before the first attempt, so that a release between a
-	// failed attempt and the wait is not missed.
-	if sub, err := e.cfg.Driver.WatchReleases(ctx, e.name); err == nil {
-		defer sub.Close()
-		wake = sub.C()
-	}
-	var dup dupWatch
-	b := e.policy.Start()
-	for {
-		ls, err := lease.Attempt(ctx, e.cfg, e.name)
-		if err == nil {
-			return ls, nil
-		}
-		if final(err) {
-			return nil, err
-		}
-		if ctx.Err() != nil {
-			return nil, gaveUp(e.name, ctx.Err(), err)
-		}
-		if errors.Is(err, dsync.ErrNotAcquired) {
-			if err := e.checkDuplicate(ctx, &dup); err != nil {
-				return nil, err
-			}
-		}
-		d, ok := b.Next()
-		if !ok {
-			return nil, gaveUp(e.name, errors.New("the retry policy gave up"), err)
-		}
-		if werr := retry.Wait(ctx, d, wake); werr != nil {
-			return nil, gaveUp(e.name, werr, err)
-		}
-	}
 }
 
 // dupWatch tracks how long the election's leader has had our candidate ID.
@@ -267,20 +222,6 @@ func (e *Election) checkDuplicate(ctx context.Context, w *dupWatch) error {
 			dsync.ErrNotAcquired, ErrDuplicateID, e.id, e.name)
 	}
 	return nil
-}
-
-// final reports errors that no retry can cure.
-func final(err error) bool {
-	return errors.Is(err, dsync.ErrInvalid) || errors.Is(err, dsync.ErrClosed) || errors.Is(err, dsync.ErrUnsupported)
-}
-
-// gaveUp builds the error of a Campaign that stopped trying: it matches
-// dsync.ErrNotAcquired, cause, and the last attempt's error.
-func gaveUp(name string, cause, last error) error {
-	if last == dsync.ErrNotAcquired { // the bare sentinel: plain contention
-		return fmt.Errorf("%w: election %q is led by another candidate: %w", dsync.ErrNotAcquired, name, cause)
-	}
-	return fmt.Errorf("%w: election %q: %w (last attempt: %w)", dsync.ErrNotAcquired, name, cause, last)
 }
 
 // Leader implements dsync.LeaderElection: it reads the current leader's
@@ -350,111 +291,5 @@ func (e *Election) observe(ctx context.Context, ch chan<- dsync.LeaderInfo) {
 		case <-t.C:
 		case <-wake:
 		}
-	}
-}
-
-// Leadership is one term of leadership (dsync.Leadership), kept alive by
-// renewing the election's lease every RenewInterval until Resign or loss.
-// It is safe for concurrent use.
-type Leadership struct {
-	lease *lease.Lease
-	c     *candidacy
-}
-
-var _ dsync.Leadership = (*Leadership)(nil)
-
-// Term implements dsync.Leadership: the lease's fencing token, strictly
-// greater than the term of every earlier leader of the election, as far as
-// the backend's fencing can promise (see the README's guarantees table).
-// Zero on a backend without fencing (Capabilities().Fencing false).
-func (l *Leadership) Term() uint64 { return l.lease.Token() }
-
-// Done implements dsync.Leadership: it is closed when the term ends, by
-// Resign or by loss.
-func (l *Leadership) Done() <-chan struct{} { return l.lease.Done() }
-
-// Err implements dsync.Leadership: nil while leading, dsync.ErrReleased
-// after Resign, an error matching dsync.ErrLeaseLost after loss (a
-// renewal found the hold gone, or renewals failed until the lease's
-// validity ran out).
-func (l *Leadership) Err() error { return l.lease.Err() }
-
-// Expires is the local time until which leadership is safe to rely on,
-// moved forward by every renewal (dsync.Lease.Expires).
-func (l *Leadership) Expires() time.Time { return l.lease.Expires() }
-
-// HoldToken is the secret token that identifies the term's hold on the
-// backend, for tests and tools that act on the hold through the driver.
-func (l *Leadership) HoldToken() string { return l.lease.HoldToken() }
-
-// Resign implements dsync.Leadership: it ends the term and releases the
-// election's lease at once, so that a waiting candidate takes over without
-// waiting for the TTL (the backend's release notice wakes it). If ctx is
-// already done it still tries once on a fresh context bounded by the
-// release timeout. It returns an error matching dsync.ErrNotHeld if the term
-// had already ended (resigned, or lost: the error then wraps the loss),
-// and the backend's error if the release failed; the term has ended
-// either way, and the same candidate may campaign again.
-func (l *Leadership) Resign(ctx context.Context) error {
-	err := l.lease.Release(ctx)
-	l.c.unregister()
-	return err
-}
-
-// The candidacies of this process, so that two live Campaigns of one
-// candidate ID in one election are refused.
-
-type candidacyKey struct {
-	backend, name, id string
-}
-
-// candidacy is one live Campaign and the leadership it won.
-type candidacy struct {
-	key candidacyKey
-	l   *Leadership // set once the campaign is won; guarded by candidaciesMu
-}
-
-var (
-	candidaciesMu sync.Mutex
-	candidacies   = map[candidacyKey]*candidacy{} // protected by candidaciesMu
-)
-
-// register records a live Campaign of e, or fails if one is live already.
-// A candidacy whose leadership was lost without Resign is over.
-func (e *Election) register() (*candidacy, error) {
-	k := candidacyKey{e.b.String(), e.name, e.id}
-	candidaciesMu.Lock()
-	defer candidaciesMu.Unlock()
-	if c := candidacies[k]; c != nil {
-		over := false
-		if c.l != nil {
-			select {
-			case <-c.l.Done():
-				over = true
-			default:
-			}
-		}
-		if !over {
-			return nil, fmt.Errorf("%w: %w: %q already campaigns or leads in election %q on %s in this process",
-				dsync.ErrNotAcquired, ErrDuplicateID, e.id, e.name, e.b)
-		}
-	}
-	c := &candidacy{key: k}
-	candidacies[k] = c
-	return c, nil
-}
-
-func (c *candidacy) lead(l *Leadership) {
-	candidaciesMu.Lock()
-	defer candidaciesMu.Unlock()
-	c.l = l
-}
-
-// unregister ends the candidacy, unless a later one replaced it.
-func (c *candidacy) unregister() {
-	candidaciesMu.Lock()
-	defer candidaciesMu.Unlock()
-	if candidacies[c.key] == c {
-		delete(candidacies, c.key)
 	}
 }

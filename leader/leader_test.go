@@ -12,6 +12,7 @@ import (
 	"github.com/dsync-dev/dsync/backends"
 	"github.com/dsync-dev/dsync/backends/memory"
 	"github.com/dsync-dev/dsync/internal/testenv/leakcheck"
+	"github.com/dsync-dev/dsync/internal/testenv/testutil"
 	"github.com/dsync-dev/dsync/leader"
 )
 
@@ -24,12 +25,7 @@ func newStore() *memory.Store { return memory.NewStore(nil) }
 // backendOn returns a new client of store, closed at the end of the test.
 func backendOn(t *testing.T, store *memory.Store) *dsync.Backend {
 	t.Helper()
-	b, err := dsync.NewBackend(memory.New(&memory.Options{Store: store}), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = b.Close() })
-	return b
+	return testutil.NewBackend(t, memory.New(&memory.Options{Store: store}))
 }
 
 func newElection(t *testing.T, b *dsync.Backend, name, id string, opts *leader.Options) *leader.Election {
@@ -246,6 +242,42 @@ func TestDuplicateInProcess(t *testing.T) {
 		}
 		l2 := campaign(t, e2)
 		_ = l2.Resign(context.Background())
+	})
+}
+
+// TestSameIDOnIndependentBackends: candidacies live on their backend, so
+// one candidate ID leads at once on two unrelated backends (two stores,
+// each wrapped by NewBackend under the same name "memory").
+func TestSameIDOnIndependentBackends(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b1, b2 := backendOn(t, newStore()), backendOn(t, newStore())
+		if b1.String() != b2.String() {
+			t.Fatalf("backends named %q and %q: the test needs equal names", b1, b2)
+		}
+		ctx := context.Background()
+		ready := make(chan struct{})
+		type result struct {
+			l   dsync.Leadership
+			err error
+		}
+		results := make(chan result, 2)
+		for _, b := range []*dsync.Backend{b1, b2} {
+			e := newElection(t, b, "e", "a", nil)
+			go func() {
+				<-ready
+				l, err := e.Campaign(ctx)
+				results <- result{l, err}
+			}()
+		}
+		close(ready)
+		for range 2 {
+			r := <-results
+			if r.err != nil {
+				t.Errorf("Campaign on one of two independent backends: %v", r.err)
+				continue
+			}
+			defer r.l.Resign(ctx)
+		}
 	})
 }
 

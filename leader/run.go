@@ -98,49 +98,44 @@ func Run(ctx context.Context, e dsync.LeaderElection, fn func(ctx context.Contex
 	}
 }
 
-// lead runs one term: fn under a context cancelled on loss, then Resign and
-// the hooks. It reports whether leadership was lost, and fn's error.
+// lead runs one term under dsync.RunLeased: fn under a context cancelled on
+// loss, then Resign, with the hooks around. It reports whether leadership
+// was lost, and fn's error.
 func lead(ctx context.Context, l dsync.Leadership, fn func(context.Context, uint64) error, o *RunOptions) (lost bool, fnErr error) {
 	term := l.Term()
-	runCtx, cancel := context.WithCancelCause(ctx)
-	stopWatch := make(chan struct{})
-	watchDone := make(chan struct{})
-	go func() {
-		defer close(watchDone)
-		select {
-		case <-l.Done():
-			cancel(l.Err())
-		case <-stopWatch:
-		}
-	}()
-
 	started, returned := false, false
 	defer func() {
-		close(stopWatch)
-		<-watchDone
-		cancel(nil)
-		lossErr := l.Err()
-		resignErr := l.Resign(ctx)
-		lost = errors.Is(lossErr, dsync.ErrLeaseLost)
-		if !started || o.OnStopped == nil {
-			return
+		if started && !returned && o.OnStopped != nil {
+			o.OnStopped(term, fmt.Errorf("leader: fn panicked in term %d", term))
 		}
-		var outcome error
-		switch {
-		case !returned:
-			outcome = fmt.Errorf("leader: fn panicked in term %d", term)
-		case lost:
-			outcome = errors.Join(fnErr, lossErr)
-		default:
-			outcome = errors.Join(fnErr, resignErr)
-		}
-		o.OnStopped(term, outcome)
 	}()
-	if o.OnStarted != nil {
-		o.OnStarted(term)
-	}
-	started = true
-	fnErr = fn(runCtx, term)
+	outcome := dsync.RunLeased(ctx, termLease{l}, func(ctx context.Context) error {
+		if o.OnStarted != nil {
+			o.OnStarted(term)
+		}
+		started = true
+		fnErr = fn(ctx, term)
+		return fnErr
+	})
 	returned = true
-	return false, fnErr
+	if started && o.OnStopped != nil {
+		o.OnStopped(term, outcome)
+	}
+	return errors.Is(l.Err(), dsync.ErrLeaseLost), fnErr
 }
+
+// termLease is a term seen as the lease that dsync.RunLeased runs fn
+// under. RunLeased calls only AutoExtend (a no-op: a term renews itself),
+// Done, Err and Release (Resign); Key, Expires, Validity and Extend are
+// there for the interface and report nothing.
+type termLease struct{ dsync.Leadership }
+
+var _ dsync.Lease = termLease{}
+
+func (t termLease) Token() uint64                     { return t.Term() }
+func (t termLease) Release(ctx context.Context) error { return t.Resign(ctx) }
+func (termLease) AutoExtend()                         {}
+func (termLease) Key() string                         { return "" }
+func (termLease) Expires() time.Time                  { return time.Time{} }
+func (termLease) Validity() time.Duration             { return 0 }
+func (termLease) Extend(context.Context) error        { return dsync.ErrUnsupported }

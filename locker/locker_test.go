@@ -11,30 +11,17 @@ import (
 	"github.com/dsync-dev/dsync"
 	"github.com/dsync-dev/dsync/backends/memory"
 	"github.com/dsync-dev/dsync/internal/testenv/leakcheck"
+	"github.com/dsync-dev/dsync/internal/testenv/testutil"
 	"github.com/dsync-dev/dsync/locker"
 )
 
 func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }
 
-// newBackend returns a memory backend; inside a synctest bubble its clock
-// is the bubble's, so lease timing is exact.
-func newBackend(t *testing.T) *dsync.Backend {
-	b, err := dsync.NewBackend(memory.New(nil), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
-	return b
-}
-
 func TestValidityIsStartPlusTTLMinusDrift(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		l, _ := locker.New(newBackend(t), "k", &locker.Options{TTL: 10 * time.Second})
+		l, _ := locker.New(testutil.NewBackend(t, memory.New(nil)), "k", &locker.Options{TTL: 10 * time.Second})
 		start := time.Now()
-		ls, err := l.TryAcquire(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
+		ls := testutil.MustAcquire(t, context.Background(), l)
 		drift := 10*time.Second/100 + 2*time.Millisecond
 		if got, want := ls.Expires(), start.Add(10*time.Second-drift); !got.Equal(want) {
 			t.Fatalf("Expires = start%+v, want start%+v", got.Sub(start), want.Sub(start))
@@ -52,12 +39,9 @@ func TestValidityIsStartPlusTTLMinusDrift(t *testing.T) {
 func TestAutoExtendCadenceAndMaxHold(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const ttl = 3 * time.Second
-		l, _ := locker.New(newBackend(t), "k", &locker.Options{TTL: ttl, AutoExtend: true, MaxHold: 10 * time.Second})
+		l, _ := locker.New(testutil.NewBackend(t, memory.New(nil)), "k", &locker.Options{TTL: ttl, AutoExtend: true, MaxHold: 10 * time.Second})
 		start := time.Now()
-		ls, err := l.TryAcquire(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
+		ls := testutil.MustAcquire(t, context.Background(), l)
 		// Extensions every TTL/3 = 1s; the one at 7s is the last that stays
 		// within MaxHold (7s + 3s = 10s); the lease then ends at 7s + TTL - drift.
 		<-ls.Done()
@@ -74,9 +58,9 @@ func TestAutoExtendCadenceAndMaxHold(t *testing.T) {
 func TestAutoExtendMaxExtensions(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const ttl = 3 * time.Second
-		l, _ := locker.New(newBackend(t), "k", &locker.Options{TTL: ttl, AutoExtend: true, MaxExtensions: 2})
+		l, _ := locker.New(testutil.NewBackend(t, memory.New(nil)), "k", &locker.Options{TTL: ttl, AutoExtend: true, MaxExtensions: 2})
 		start := time.Now()
-		ls, _ := l.TryAcquire(context.Background())
+		ls := testutil.MustAcquire(t, context.Background(), l)
 		<-ls.Done()
 		drift := ttl/100 + 2*time.Millisecond
 		if lost, want := time.Since(start), 2*time.Second+ttl-drift; lost != want {
@@ -90,8 +74,8 @@ func TestAutoExtendMaxExtensions(t *testing.T) {
 
 func TestAutoExtendUnboundedWithNegativeMaxHold(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		l, _ := locker.New(newBackend(t), "k", &locker.Options{TTL: 30 * time.Second, AutoExtend: true, MaxHold: -1})
-		ls, _ := l.TryAcquire(context.Background())
+		l, _ := locker.New(testutil.NewBackend(t, memory.New(nil)), "k", &locker.Options{TTL: 30 * time.Second, AutoExtend: true, MaxHold: -1})
+		ls := testutil.MustAcquire(t, context.Background(), l)
 		time.Sleep(3 * time.Hour) // fake time: 3 hours of extensions
 		if err := ls.Err(); err != nil {
 			t.Fatalf("unbounded lease ended: %v", err)
@@ -105,12 +89,11 @@ func TestAutoExtendUnboundedWithNegativeMaxHold(t *testing.T) {
 func TestLossIsDetectedAtRefresh(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := memory.NewStore(nil)
-		b, _ := dsync.NewBackend(memory.New(&memory.Options{Store: store}), nil)
-		defer b.Close()
+		b := testutil.NewBackend(t, memory.New(&memory.Options{Store: store}))
 		const ttl = 3 * time.Second
 		l, _ := locker.New(b, "k", &locker.Options{TTL: ttl, AutoExtend: true})
 		start := time.Now()
-		ls, _ := l.TryAcquire(context.Background())
+		ls := testutil.MustAcquire(t, context.Background(), l)
 		// Someone deletes the hold behind our back: an operator, a server
 		// that lost its data. The next refresh (at TTL/3) must notice.
 		time.Sleep(500 * time.Millisecond)
@@ -141,12 +124,9 @@ func stealToken(t *testing.T, ls dsync.Lease, d *memory.Driver) {
 }
 
 func TestReleaseOnCancelledContextStillReleases(t *testing.T) {
-	b := newBackend(t)
+	b := testutil.NewBackend(t, memory.New(nil))
 	l, _ := locker.New(b, "k", nil)
-	ls, err := l.TryAcquire(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
+	ls := testutil.MustAcquire(t, context.Background(), l)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if err := ls.Release(ctx); err != nil {
@@ -179,11 +159,8 @@ func TestURLDefaultsApply(t *testing.T) {
 func TestCancelledWaiterLeavesTheLine(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		l, _ := locker.New(newBackend(t), "k", &locker.Options{TTL: 10 * time.Second})
-		holder, err := l.TryAcquire(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
+		l, _ := locker.New(testutil.NewBackend(t, memory.New(nil)), "k", &locker.Options{TTL: 10 * time.Second})
+		holder := testutil.MustAcquire(t, ctx, l)
 		got := make(chan dsync.Lease, 2)
 		acquire := func() {
 			ls, err := l.Acquire(ctx)

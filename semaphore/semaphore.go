@@ -17,13 +17,11 @@ package semaphore
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/dsync-dev/dsync"
 	"github.com/dsync-dev/dsync/backends"
 	"github.com/dsync-dev/dsync/internal/lease"
 	"github.com/dsync-dev/dsync/locker"
-	"github.com/dsync-dev/dsync/retry"
 )
 
 // Options configure a Semaphore: the same options, with the same defaults
@@ -35,11 +33,7 @@ type Options = locker.Options
 // Semaphore hands out permits of one name on one backend. It is safe for
 // concurrent use; every permit is independent.
 type Semaphore struct {
-	name   string
-	size   int
-	cfg    *lease.Config
-	policy retry.Policy
-	auto   bool
+	cfg *lease.Config
 }
 
 var _ dsync.Semaphore = (*Semaphore)(nil)
@@ -55,18 +49,18 @@ var _ dsync.Semaphore = (*Semaphore)(nil)
 // *dsync.InvalidError naming both sizes, and Acquire does not retry it. A
 // semaphore of size 1 is the lock of the same name.
 func New(b *dsync.Backend, name string, size int, opts *Options) (*Semaphore, error) {
-	cfg, policy, auto, err := locker.Config(b, name, size, opts)
+	cfg, err := lease.New(b, name, size, (*lease.Options)(opts))
 	if err != nil {
 		return nil, err
 	}
-	return &Semaphore{name: name, size: size, cfg: cfg, policy: policy, auto: auto}, nil
+	return &Semaphore{cfg: cfg}, nil
 }
 
 // Name is the semaphore's name.
-func (s *Semaphore) Name() string { return s.name }
+func (s *Semaphore) Name() string { return s.cfg.Key }
 
 // Size implements dsync.Semaphore.
-func (s *Semaphore) Size() int { return s.size }
+func (s *Semaphore) Size() int { return s.cfg.Limit }
 
 // Acquire implements dsync.Semaphore: it blocks until a permit is free or
 // ctx ends, retrying with jittered backoff and waking early when the
@@ -74,27 +68,20 @@ func (s *Semaphore) Size() int { return s.size }
 // first served. On failure nothing is left held and the error matches
 // dsync.ErrNotAcquired, and ctx's error when ctx ended.
 func (s *Semaphore) Acquire(ctx context.Context) (dsync.Permit, error) {
-	ls, err := lease.Acquire(ctx, s.cfg, s.name, s.policy)
-	return s.started(ls, err)
+	ls, err := s.cfg.Acquire(ctx, nil)
+	if err != nil {
+		return nil, err // not a typed nil
+	}
+	return ls, nil
 }
 
 // TryAcquire implements dsync.Semaphore: one attempt, bounded by the
 // attempt timeout. When every permit is taken the error matches
 // dsync.ErrNotAcquired.
 func (s *Semaphore) TryAcquire(ctx context.Context) (dsync.Permit, error) {
-	ls, err := lease.Attempt(ctx, s.cfg, s.name)
-	if err == dsync.ErrNotAcquired { // the bare sentinel: plain contention
-		err = fmt.Errorf("%w: %s", err, lease.Taken(s.cfg, s.name))
-	}
-	return s.started(ls, err)
-}
-
-func (s *Semaphore) started(ls *lease.Lease, err error) (dsync.Permit, error) {
+	ls, err := s.cfg.TryAcquire(ctx)
 	if err != nil {
 		return nil, err
-	}
-	if s.auto {
-		ls.AutoExtend()
 	}
 	return ls, nil
 }

@@ -10,20 +10,11 @@ import (
 	"github.com/dsync-dev/dsync/backends"
 	"github.com/dsync-dev/dsync/backends/memory"
 	"github.com/dsync-dev/dsync/internal/testenv/leakcheck"
+	"github.com/dsync-dev/dsync/internal/testenv/testutil"
 	"github.com/dsync-dev/dsync/semaphore"
 )
 
 func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }
-
-func newBackend(t *testing.T, d backends.Driver) *dsync.Backend {
-	t.Helper()
-	b, err := dsync.NewBackend(d, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = b.Close() })
-	return b
-}
 
 // locksOnly is a driver that offers no semaphores.
 type locksOnly struct{ *memory.Driver }
@@ -35,7 +26,7 @@ func (d locksOnly) Capabilities() backends.Capabilities {
 }
 
 func TestNewRejectsBadInput(t *testing.T) {
-	b := newBackend(t, memory.New(nil))
+	b := testutil.NewBackend(t, memory.New(nil))
 	for _, tc := range []struct {
 		name  string
 		b     *dsync.Backend
@@ -59,23 +50,23 @@ func TestNewRejectsBadInput(t *testing.T) {
 			}
 		})
 	}
-	_, err := semaphore.New(newBackend(t, locksOnly{memory.New(nil)}), "s", 2, nil)
+	_, err := semaphore.New(testutil.NewBackend(t, locksOnly{memory.New(nil)}), "s", 2, nil)
 	if !errors.Is(err, dsync.ErrUnsupported) {
 		t.Fatalf("New on a lock-only backend: %v, want ErrUnsupported", err)
 	}
-	if _, err := semaphore.New(newBackend(t, locksOnly{memory.New(nil)}), "s", 1, nil); err != nil {
+	if _, err := semaphore.New(testutil.NewBackend(t, locksOnly{memory.New(nil)}), "s", 1, nil); err != nil {
 		t.Fatalf("New of size 1 on a lock-only backend: %v", err)
 	}
 }
 
 func TestFullSemaphoreSaysSo(t *testing.T) {
 	ctx := context.Background()
-	sem, err := semaphore.New(newBackend(t, memory.New(nil)), "exports", 2, nil)
+	sem, err := semaphore.New(testutil.NewBackend(t, memory.New(nil)), "exports", 2, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, _ := sem.TryAcquire(ctx)
-	b, _ := sem.TryAcquire(ctx)
+	a := testutil.MustPermit(t, ctx, sem)
+	b := testutil.MustPermit(t, ctx, sem)
 	defer a.Release(ctx)
 	defer b.Release(ctx)
 	_, err = sem.TryAcquire(ctx)
@@ -91,7 +82,7 @@ func TestFullSemaphoreSaysSo(t *testing.T) {
 }
 
 func TestDoRejectsNil(t *testing.T) {
-	sem, err := semaphore.New(newBackend(t, memory.New(nil)), "s", 2, nil)
+	sem, err := semaphore.New(testutil.NewBackend(t, memory.New(nil)), "s", 2, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +99,7 @@ func TestDoCancelsOnLoss(t *testing.T) {
 	ctx := context.Background()
 	store := memory.NewStore(nil)
 	d := memory.New(&memory.Options{Store: store})
-	sem, err := semaphore.New(newBackend(t, d), "s", 2, &semaphore.Options{TTL: 300 * time.Millisecond, MaxExtensions: 1})
+	sem, err := semaphore.New(testutil.NewBackend(t, d), "s", 2, &semaphore.Options{TTL: 300 * time.Millisecond, MaxExtensions: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

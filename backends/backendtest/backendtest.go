@@ -13,9 +13,6 @@
 package backendtest
 
 import (
-	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"testing"
 	"time"
 
@@ -35,8 +32,7 @@ type Harness struct {
 	// URL opens the same service with dsync.Open in another process, for
 	// the checks whose clients are worker processes (killed, paused,
 	// contending across processes; see Main). Empty for a backend that
-	// lives in one process (memory): those checks are then logged as not
-	// applying.
+	// lives in one process (memory): those checks are then skipped.
 	URL string
 }
 
@@ -50,6 +46,7 @@ func Run(t *testing.T, h Harness) {
 	runChecks(t, []check{
 		{"BadInput", s.testBadInput},
 		{"Exclusive", s.testExclusive},
+		{"PlainContention", s.testPlainContention},
 		{"NotReentrant", s.testNotReentrant},
 		{"OnlyOwnerRefreshesAndReleases", s.testOnlyOwner},
 		{"ExpiryFrees", s.testExpiryFrees},
@@ -94,30 +91,4 @@ func (s *suite) backend(t testing.TB) *dsync.Backend {
 	b := s.h.NewBackend(t)
 	t.Cleanup(func() { _ = b.Close() })
 	return b
-}
-
-// uniqueKey returns a key no other test uses.
-func uniqueKey(t testing.TB) string {
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	return t.Name() + "/" + hex.EncodeToString(b[:])
-}
-
-// ctx returns a context bounded generously for one test.
-func testContext(t testing.TB) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
-
-// eventually polls cond until it holds or the bound passes.
-func eventually(t testing.TB, bound time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(bound)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v", what, bound)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }

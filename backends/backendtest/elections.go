@@ -15,6 +15,7 @@ import (
 	"github.com/dsync-dev/dsync"
 	"github.com/dsync-dev/dsync/backends"
 	"github.com/dsync-dev/dsync/internal/testenv/proc"
+	"github.com/dsync-dev/dsync/internal/testenv/testutil"
 	"github.com/dsync-dev/dsync/leader"
 )
 
@@ -59,8 +60,8 @@ func (s *suite) electionTTL() time.Duration { return 5 * s.h.ShortTTL }
 // until a number of terms have passed; at no moment do two of them
 // believe they lead, no term has two leaders, and terms grow.
 func (s *suite) testElectOneLeader(t *testing.T) {
-	ctx := testContext(t)
-	name := uniqueKey(t)
+	ctx := testutil.Context(t)
+	name := testutil.UniqueKey(t)
 	fencing := s.backend(t).Driver().Capabilities().Fencing
 	const clients, perClient, terms = 3, 2, 15
 	var (
@@ -137,8 +138,8 @@ func (s *suite) testElectOneLeader(t *testing.T) {
 // testElectResign: a follower sleeping out a long retry delay leads as soon
 // as the leader resigns, woken by the backend's release notice.
 func (s *suite) testElectResign(t *testing.T) {
-	ctx := testContext(t)
-	name := uniqueKey(t)
+	ctx := testutil.Context(t)
+	name := testutil.UniqueKey(t)
 	b := s.backend(t)
 	if !b.Driver().Capabilities().ReleaseNotices {
 		t.Skipf("the %s driver offers no release notices", b.Driver().Capabilities().Name)
@@ -252,8 +253,8 @@ func (l *termLog) checkPairs(t testing.TB) {
 // next renewal: Done closes with ErrLeaseLost, Run cancels fn's context
 // with the loss as cause, and the next term is greater.
 func (s *suite) testElectLostHold(t *testing.T) {
-	ctx := testContext(t)
-	name := uniqueKey(t)
+	ctx := testutil.Context(t)
+	name := testutil.UniqueKey(t)
 	ttl := s.electionTTL()
 	renew := ttl / 5
 	e := &recorder{newElection(t, s.backend(t), name, "a", &leader.Options{TTL: ttl, RenewInterval: renew}), make(chan dsync.Leadership, 2)}
@@ -349,8 +350,8 @@ func (d *cutDriver) CheckTTL(ttl time.Duration) error {
 // stops leading when its lease's validity runs out, and the follower is
 // granted leadership only after that moment.
 func (s *suite) testElectCutOff(t *testing.T) {
-	ctx := testContext(t)
-	name := uniqueKey(t)
+	ctx := testutil.Context(t)
+	name := testutil.UniqueKey(t)
 	ttl := s.h.ShortTTL
 	inner := s.backend(t)
 	cd := &cutDriver{Driver: inner.Driver()}
@@ -409,8 +410,8 @@ func (s *suite) testElectCutOff(t *testing.T) {
 // testElectObserve: Leader and Observe report the leader, and the lack of
 // one, as terms come and go.
 func (s *suite) testElectObserve(t *testing.T) {
-	ctx := testContext(t)
-	name := uniqueKey(t)
+	ctx := testutil.Context(t)
+	name := testutil.UniqueKey(t)
 	opts := &leader.Options{TTL: s.electionTTL(), ObserveInterval: 50 * time.Millisecond}
 	obs := newElection(t, s.backend(t), name, "observer", opts)
 	if _, err := obs.Leader(ctx); !errors.Is(err, dsync.ErrNoLeader) {
@@ -482,8 +483,8 @@ func (s *suite) testElectObserve(t *testing.T) {
 // testElectDuplicate: one candidate ID campaigns once at a time in a
 // process, and a live leader of our ID elsewhere is reported.
 func (s *suite) testElectDuplicate(t *testing.T) {
-	ctx := testContext(t)
-	name := uniqueKey(t)
+	ctx := testutil.Context(t)
+	name := testutil.UniqueKey(t)
 	ttl := s.h.ShortTTL
 	opts := &leader.Options{TTL: ttl}
 	l, err := newElection(t, s.backend(t), name, "a", opts).Campaign(ctx)
@@ -681,10 +682,8 @@ func termOf(ev event) uint64 {
 // retry period, by a leader of a greater term; at no moment on the
 // machine's clock do two processes lead.
 func (s *suite) testElectKilledLeader(t *testing.T) {
-	if !s.crossProcess(t) {
-		return
-	}
-	name := uniqueKey(t)
+	s.needCrossProcess(t)
+	name := testutil.UniqueKey(t)
 	ttl := max(s.h.ShortTTL, time.Second)
 	retryPeriod := min(ttl/4, leader.DefaultMaxRetryPeriod) // the workers' default
 	f := s.startFleet(t, name, 3, ttl)
@@ -738,10 +737,8 @@ func (s *suite) testElectKilledLeader(t *testing.T) {
 // learns of its loss from its own clock, and every write it may make before
 // that carries its old term, which a fencing resource rejects.
 func (s *suite) testElectPausedLeader(t *testing.T) {
-	if !s.crossProcess(t) {
-		return
-	}
-	name := uniqueKey(t)
+	s.needCrossProcess(t)
+	name := testutil.UniqueKey(t)
 	ttl := max(s.h.ShortTTL, time.Second)
 	f := s.startFleet(t, name, 2, ttl)
 	ev := f.until(t, "leading", nil, 30*time.Second)

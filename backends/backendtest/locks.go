@@ -11,6 +11,7 @@ import (
 
 	"github.com/dsync-dev/dsync"
 	"github.com/dsync-dev/dsync/backends"
+	"github.com/dsync-dev/dsync/internal/testenv/testutil"
 	"github.com/dsync-dev/dsync/locker"
 	"github.com/dsync-dev/dsync/retry"
 )
@@ -24,32 +25,11 @@ func newLocker(t testing.TB, b *dsync.Backend, key string, opts *locker.Options)
 	return l
 }
 
-func mustAcquire(t testing.TB, ctx context.Context, l dsync.Locker) dsync.Lease {
-	t.Helper()
-	ls, err := l.TryAcquire(ctx)
-	if err != nil {
-		t.Fatalf("TryAcquire: %v", err)
-	}
-	return ls
-}
-
-func wantNotAcquired(t testing.TB, ctx context.Context, l dsync.Locker) {
-	t.Helper()
-	ls, err := l.TryAcquire(ctx)
-	if err == nil {
-		_ = ls.Release(ctx)
-		t.Fatal("TryAcquire succeeded on a held lock")
-	}
-	if !errors.Is(err, dsync.ErrNotAcquired) {
-		t.Fatalf("TryAcquire on a held lock: %v, want ErrNotAcquired", err)
-	}
-}
-
 func (s *suite) short() *locker.Options { return &locker.Options{TTL: s.h.ShortTTL} }
 
 func (s *suite) testBadInput(t *testing.T) {
 	b := s.backend(t)
-	ctx := testContext(t)
+	ctx := testutil.Context(t)
 	for _, tc := range []struct {
 		name  string
 		key   string
@@ -113,28 +93,28 @@ func (s *suite) testBadInput(t *testing.T) {
 }
 
 func (s *suite) testExclusive(t *testing.T) {
-	ctx := testContext(t)
-	key := uniqueKey(t)
+	ctx := testutil.Context(t)
+	key := testutil.UniqueKey(t)
 	l1 := newLocker(t, s.backend(t), key, nil)
 	l2 := newLocker(t, s.backend(t), key, nil)
-	ls := mustAcquire(t, ctx, l1)
-	wantNotAcquired(t, ctx, l2)
+	ls := testutil.MustAcquire(t, ctx, l1)
+	testutil.WantNotAcquired(t, ctx, l2)
 	if err := ls.Release(ctx); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
-	ls2 := mustAcquire(t, ctx, l2)
-	wantNotAcquired(t, ctx, l1)
+	ls2 := testutil.MustAcquire(t, ctx, l2)
+	testutil.WantNotAcquired(t, ctx, l1)
 	if err := ls2.Release(ctx); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
 }
 
 func (s *suite) testNotReentrant(t *testing.T) {
-	ctx := testContext(t)
-	l := newLocker(t, s.backend(t), uniqueKey(t), nil)
-	ls := mustAcquire(t, ctx, l)
+	ctx := testutil.Context(t)
+	l := newLocker(t, s.backend(t), testutil.UniqueKey(t), nil)
+	ls := testutil.MustAcquire(t, ctx, l)
 	defer ls.Release(ctx)
-	wantNotAcquired(t, ctx, l)
+	testutil.WantNotAcquired(t, ctx, l)
 	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	defer cancel()
 	if _, err := l.Acquire(short); !errors.Is(err, dsync.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
@@ -143,11 +123,11 @@ func (s *suite) testNotReentrant(t *testing.T) {
 }
 
 func (s *suite) testOnlyOwner(t *testing.T) {
-	ctx := testContext(t)
+	ctx := testutil.Context(t)
 	b := s.backend(t)
-	key := uniqueKey(t)
+	key := testutil.UniqueKey(t)
 	l := newLocker(t, b, key, &locker.Options{Value: []byte("owner")})
-	ls := mustAcquire(t, ctx, l)
+	ls := testutil.MustAcquire(t, ctx, l)
 	d := s.backend(t).Driver()
 	if err := d.Refresh(ctx, key, "not-the-token", s.h.ShortTTL); !errors.Is(err, dsync.ErrNotHeld) {
 		t.Errorf("Refresh with another token: %v, want ErrNotHeld", err)
@@ -164,9 +144,9 @@ func (s *suite) testOnlyOwner(t *testing.T) {
 }
 
 func (s *suite) testExpiryFrees(t *testing.T) {
-	ctx := testContext(t)
-	key := uniqueKey(t)
-	ls := mustAcquire(t, ctx, newLocker(t, s.backend(t), key, s.short()))
+	ctx := testutil.Context(t)
+	key := testutil.UniqueKey(t)
+	ls := testutil.MustAcquire(t, ctx, newLocker(t, s.backend(t), key, s.short()))
 	l2 := newLocker(t, s.backend(t), key, s.short())
 	ls2, err := l2.Acquire(ctx)
 	if err != nil {
@@ -190,10 +170,10 @@ func (s *suite) testExpiryFrees(t *testing.T) {
 }
 
 func (s *suite) testExtendKeepsHold(t *testing.T) {
-	ctx := testContext(t)
-	key := uniqueKey(t)
+	ctx := testutil.Context(t)
+	key := testutil.UniqueKey(t)
 	ttl := s.h.ShortTTL
-	ls := mustAcquire(t, ctx, newLocker(t, s.backend(t), key, s.short()))
+	ls := testutil.MustAcquire(t, ctx, newLocker(t, s.backend(t), key, s.short()))
 	other := newLocker(t, s.backend(t), key, s.short())
 	start := time.Now()
 	for time.Since(start) < 3*ttl {
@@ -204,7 +184,7 @@ func (s *suite) testExtendKeepsHold(t *testing.T) {
 		if !ls.Expires().After(before) {
 			t.Fatalf("Extend did not move Expires forward (%v)", before)
 		}
-		wantNotAcquired(t, ctx, other)
+		testutil.WantNotAcquired(t, ctx, other)
 		time.Sleep(ttl / 4) // the cadence under test, not a wait for a condition
 	}
 	if err := ls.Err(); err != nil {
@@ -216,12 +196,12 @@ func (s *suite) testExtendKeepsHold(t *testing.T) {
 }
 
 func (s *suite) testAutoExtendBounded(t *testing.T) {
-	ctx := testContext(t)
-	key := uniqueKey(t)
+	ctx := testutil.Context(t)
+	key := testutil.UniqueKey(t)
 	ttl := s.h.ShortTTL
 
 	t.Run("manual", func(t *testing.T) {
-		ls := mustAcquire(t, ctx, newLocker(t, s.backend(t), key+"/manual", &locker.Options{TTL: ttl, MaxExtensions: 1}))
+		ls := testutil.MustAcquire(t, ctx, newLocker(t, s.backend(t), key+"/manual", &locker.Options{TTL: ttl, MaxExtensions: 1}))
 		defer ls.Release(ctx)
 		if err := ls.Extend(ctx); err != nil {
 			t.Fatalf("first Extend: %v", err)
@@ -237,7 +217,7 @@ func (s *suite) testAutoExtendBounded(t *testing.T) {
 	t.Run("auto", func(t *testing.T) {
 		start := time.Now()
 		l := newLocker(t, s.backend(t), key, &locker.Options{TTL: ttl, AutoExtend: true, MaxExtensions: 2})
-		ls := mustAcquire(t, ctx, l)
+		ls := testutil.MustAcquire(t, ctx, l)
 		other := newLocker(t, s.backend(t), key, s.short())
 		select {
 		case <-ls.Done():
@@ -262,8 +242,8 @@ func (s *suite) testAutoExtendBounded(t *testing.T) {
 }
 
 func (s *suite) testReleaseAfterExpiry(t *testing.T) {
-	ctx := testContext(t)
-	ls := mustAcquire(t, ctx, newLocker(t, s.backend(t), uniqueKey(t), s.short()))
+	ctx := testutil.Context(t)
+	ls := testutil.MustAcquire(t, ctx, newLocker(t, s.backend(t), testutil.UniqueKey(t), s.short()))
 	select {
 	case <-ls.Done():
 	case <-time.After(10 * s.h.ShortTTL):
@@ -272,10 +252,10 @@ func (s *suite) testReleaseAfterExpiry(t *testing.T) {
 	// The local validity ends before the server's TTL; wait until the
 	// server has let the hold go too.
 	d := s.backend(t).Driver()
-	eventually(t, 10*s.h.ShortTTL, "hold expired on the server", func() bool {
+	testutil.Eventually(t, 10*s.h.ShortTTL, func() bool {
 		_, err := d.Holder(ctx, ls.Key())
 		return errors.Is(err, dsync.ErrNotHeld)
-	})
+	}, "hold expired on the server")
 	if err := ls.Release(ctx); !errors.Is(err, dsync.ErrNotHeld) {
 		t.Fatalf("Release after expiry: %v, want ErrNotHeld", err)
 	}
@@ -285,8 +265,8 @@ func (s *suite) testReleaseAfterExpiry(t *testing.T) {
 }
 
 func (s *suite) testDoubleRelease(t *testing.T) {
-	ctx := testContext(t)
-	ls := mustAcquire(t, ctx, newLocker(t, s.backend(t), uniqueKey(t), nil))
+	ctx := testutil.Context(t)
+	ls := testutil.MustAcquire(t, ctx, newLocker(t, s.backend(t), testutil.UniqueKey(t), nil))
 	if err := ls.Release(ctx); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
@@ -307,13 +287,13 @@ func (s *suite) testDoubleRelease(t *testing.T) {
 }
 
 func (s *suite) testFencesIncrease(t *testing.T) {
-	ctx := testContext(t)
-	key := uniqueKey(t)
+	ctx := testutil.Context(t)
+	key := testutil.UniqueKey(t)
 	lockers := []*locker.Locker{newLocker(t, s.backend(t), key, nil), newLocker(t, s.backend(t), key, nil)}
 	fencing := s.backend(t).Driver().Capabilities().Fencing
 	var last uint64
 	for i := range 20 {
-		ls := mustAcquire(t, ctx, lockers[i%2])
+		ls := testutil.MustAcquire(t, ctx, lockers[i%2])
 		tok := ls.Token()
 		if err := ls.Release(ctx); err != nil {
 			t.Fatal(err)
@@ -330,7 +310,7 @@ func (s *suite) testFencesIncrease(t *testing.T) {
 		last = tok
 	}
 	noFence := newLocker(t, s.backend(t), key, &locker.Options{NoFencing: true})
-	ls := mustAcquire(t, ctx, noFence)
+	ls := testutil.MustAcquire(t, ctx, noFence)
 	defer ls.Release(ctx)
 	if ls.Token() != 0 {
 		t.Errorf("NoFencing lease has token %d, want 0", ls.Token())
@@ -338,9 +318,9 @@ func (s *suite) testFencesIncrease(t *testing.T) {
 }
 
 func (s *suite) testCancel(t *testing.T) {
-	ctx := testContext(t)
-	key := uniqueKey(t)
-	holder := mustAcquire(t, ctx, newLocker(t, s.backend(t), key, nil))
+	ctx := testutil.Context(t)
+	key := testutil.UniqueKey(t)
+	holder := testutil.MustAcquire(t, ctx, newLocker(t, s.backend(t), key, nil))
 	waiter := newLocker(t, s.backend(t), key, nil)
 
 	cctx, cancel := context.WithCancel(ctx)
@@ -355,7 +335,7 @@ func (s *suite) testCancel(t *testing.T) {
 	}
 	done, cancel3 := context.WithCancel(ctx)
 	cancel3()
-	if ls, err := newLocker(t, s.backend(t), uniqueKey(t), nil).Acquire(done); err == nil || !errors.Is(err, context.Canceled) {
+	if ls, err := newLocker(t, s.backend(t), testutil.UniqueKey(t), nil).Acquire(done); err == nil || !errors.Is(err, context.Canceled) {
 		if ls != nil {
 			_ = ls.Release(ctx)
 		}
@@ -366,13 +346,13 @@ func (s *suite) testCancel(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Nothing may be left held by the cancelled waiter.
-	ls := mustAcquire(t, ctx, newLocker(t, s.backend(t), key, nil))
+	ls := testutil.MustAcquire(t, ctx, newLocker(t, s.backend(t), key, nil))
 	_ = ls.Release(ctx)
 }
 
 func (s *suite) testKeyIsolation(t *testing.T) {
-	ctx := testContext(t)
-	base := uniqueKey(t)
+	ctx := testutil.Context(t)
+	base := testutil.UniqueKey(t)
 	b1, b2 := s.backend(t), s.backend(t)
 	keys := []string{base, base + "/sub", base + ":fence", base + "}", "{" + base, base + ":released", strings.ToUpper(base)}
 	var leases []dsync.Lease
@@ -381,7 +361,7 @@ func (s *suite) testKeyIsolation(t *testing.T) {
 		if i%2 == 1 {
 			b = b2
 		}
-		leases = append(leases, mustAcquire(t, ctx, newLocker(t, b, k, nil)))
+		leases = append(leases, testutil.MustAcquire(t, ctx, newLocker(t, b, k, nil)))
 	}
 	for i, ls := range leases {
 		if err := ls.Release(ctx); err != nil {
@@ -391,14 +371,14 @@ func (s *suite) testKeyIsolation(t *testing.T) {
 }
 
 func (s *suite) testHolderValue(t *testing.T) {
-	ctx := testContext(t)
-	key := uniqueKey(t)
+	ctx := testutil.Context(t)
+	key := testutil.UniqueKey(t)
 	ttl := 5 * s.h.ShortTTL
 	l := newLocker(t, s.backend(t), key, &locker.Options{TTL: ttl, Value: []byte("candidate-7")})
 	if _, err := l.Holder(ctx); !errors.Is(err, dsync.ErrNotHeld) {
 		t.Fatalf("Holder of a free lock: %v, want ErrNotHeld", err)
 	}
-	ls := mustAcquire(t, ctx, l)
+	ls := testutil.MustAcquire(t, ctx, l)
 	h, err := newLocker(t, s.backend(t), key, nil).Holder(ctx)
 	if err != nil || string(h.Value) != "candidate-7" || h.TTL <= 0 || h.TTL > ls.(interface{ TTL() time.Duration }).TTL() {
 		t.Fatalf("Holder: value %q ttl %v err %v; want candidate-7 with 0 < ttl <= %v", h.Value, h.TTL, err, ttl)
@@ -415,8 +395,8 @@ func (s *suite) testHolderValue(t *testing.T) {
 // number inside the critical section must never exceed 1, and fencing
 // tokens must grow in the order the sections ran.
 func (s *suite) testHammer(t *testing.T) {
-	ctx := testContext(t)
-	key := uniqueKey(t)
+	ctx := testutil.Context(t)
+	key := testutil.UniqueKey(t)
 	const clients, perClient, rounds = 3, 3, 15
 	var (
 		inside     atomic.Int32
@@ -490,13 +470,13 @@ func (p *signalPolicy) Next() (time.Duration, bool) {
 }
 
 func (s *suite) testWake(t *testing.T) {
-	ctx := testContext(t)
-	key := uniqueKey(t)
+	ctx := testutil.Context(t)
+	key := testutil.UniqueKey(t)
 	b := s.backend(t)
 	if !b.Driver().Capabilities().ReleaseNotices {
 		t.Skipf("the %s driver offers no release wake-ups", b.Driver().Capabilities().Name)
 	}
-	holder := mustAcquire(t, ctx, newLocker(t, s.backend(t), key, nil))
+	holder := testutil.MustAcquire(t, ctx, newLocker(t, s.backend(t), key, nil))
 	const retryDelay = 30 * time.Second
 	p := &signalPolicy{delay: retryDelay, waiting: make(chan struct{}, 1)}
 	waiter := newLocker(t, b, key, &locker.Options{Retry: p})
@@ -525,8 +505,8 @@ func (s *suite) testWake(t *testing.T) {
 }
 
 func (s *suite) testDoCancelsOnLoss(t *testing.T) {
-	ctx := testContext(t)
-	key := uniqueKey(t)
+	ctx := testutil.Context(t)
+	key := testutil.UniqueKey(t)
 	ttl := s.h.ShortTTL
 	b := s.backend(t)
 
@@ -534,7 +514,7 @@ func (s *suite) testDoCancelsOnLoss(t *testing.T) {
 	if err := dsync.Do(ctx, newLocker(t, b, key, nil), func(context.Context) error { return sentinel }); !errors.Is(err, sentinel) {
 		t.Fatalf("Do returned %v, want fn's error", err)
 	}
-	ls := mustAcquire(t, ctx, newLocker(t, b, key, nil)) // Do released it
+	ls := testutil.MustAcquire(t, ctx, newLocker(t, b, key, nil)) // Do released it
 	_ = ls.Release(ctx)
 
 	start := time.Now()
@@ -557,11 +537,40 @@ func (s *suite) testDoCancelsOnLoss(t *testing.T) {
 	}
 }
 
+// driverTTL is a TTL for a hold made on the driver directly: long enough
+// for a few calls, within the driver's bounds.
+func (s *suite) driverTTL(d backends.Driver) time.Duration {
+	ttl := 4 * s.h.ShortTTL
+	if m := d.Capabilities().MaxTTL; m > 0 {
+		ttl = min(ttl, m)
+	}
+	return ttl
+}
+
+// testPlainContention: the driver answers an attempt on a held lock with
+// the bare ErrNotAcquired, as the SPI says, and leaves nothing behind.
+func (s *suite) testPlainContention(t *testing.T) {
+	ctx := testutil.Context(t)
+	d := s.backend(t).Driver()
+	req := backends.Request{Key: testutil.UniqueKey(t), Token: "holder", TTL: s.driverTTL(d), Fence: true}
+	if _, err := d.Acquire(ctx, req); err != nil {
+		t.Fatalf("Acquire on a free key: %v", err)
+	}
+	t.Cleanup(func() { _ = d.Release(context.WithoutCancel(ctx), req.Key, "holder") })
+	req.Token = "contender"
+	if _, err := d.Acquire(ctx, req); err != backends.ErrNotAcquired {
+		t.Fatalf("Acquire on a held lock: %v, want the bare backends.ErrNotAcquired", err)
+	}
+	if err := d.Release(ctx, req.Key, "contender"); !errors.Is(err, backends.ErrNotHeld) {
+		t.Fatalf("Release of the refused token: %v, want ErrNotHeld (nothing left behind)", err)
+	}
+}
+
 func (s *suite) testUseAfterClose(t *testing.T) {
-	ctx := testContext(t)
+	ctx := testutil.Context(t)
 	b := s.h.NewBackend(t)
-	l := newLocker(t, b, uniqueKey(t), nil)
-	ls := mustAcquire(t, ctx, l)
+	l := newLocker(t, b, testutil.UniqueKey(t), nil)
+	ls := testutil.MustAcquire(t, ctx, l)
 	if err := b.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
@@ -587,8 +596,8 @@ func (s *suite) testUseAfterClose(t *testing.T) {
 // them: none may starve (each gets at least half of the busiest one's
 // share) and no wait may be unbounded.
 func (s *suite) testFairness(t *testing.T) {
-	ctx := testContext(t)
-	l := newLocker(t, s.backend(t), uniqueKey(t), &locker.Options{TTL: 10 * time.Second})
+	ctx := testutil.Context(t)
+	l := newLocker(t, s.backend(t), testutil.UniqueKey(t), &locker.Options{TTL: 10 * time.Second})
 	const goroutines, total = 8, 160
 	var (
 		done    atomic.Int32

@@ -31,7 +31,7 @@ var (
 )
 
 // startWorker starts a worker process of the given role on the backend at
-// Harness.URL. Callers check s.crossProcess first.
+// Harness.URL. Callers call s.needCrossProcess first.
 func (s *suite) startWorker(t testing.TB, role string, args map[string]string) *worker {
 	t.Helper()
 	if s.h.URL == "" {
@@ -40,14 +40,11 @@ func (s *suite) startWorker(t testing.TB, role string, args map[string]string) *
 	return proc.Start(t, role, s.h.URL, args)
 }
 
-// crossProcess reports whether the backend can be shared between
-// processes (the harness has a URL), logging why the check does not apply
-// when not.
-func (s *suite) crossProcess(t testing.TB) bool {
+// needCrossProcess skips the test, saying why, unless the backend can be
+// shared between processes (the harness has a URL).
+func (s *suite) needCrossProcess(t testing.TB) {
 	t.Helper()
 	if s.h.URL == "" {
-		t.Log("not run: the harness has no URL, so the backend cannot be shared with other processes (memory lives in one process)")
-		return false
+		t.Skip("the harness has no URL, so the backend cannot be shared with other processes (memory lives in one process)")
 	}
-	return true
 }

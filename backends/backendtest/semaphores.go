@@ -13,14 +13,21 @@ import (
 	"time"
 
 	"github.com/dsync-dev/dsync"
+	"github.com/dsync-dev/dsync/backends"
 	"github.com/dsync-dev/dsync/internal/testenv/proc"
+	"github.com/dsync-dev/dsync/internal/testenv/testutil"
 	"github.com/dsync-dev/dsync/semaphore"
 )
 
-// runSemaphores runs the semaphore checks.
+// runSemaphores runs the semaphore checks; only BadSize applies to a
+// driver that offers locks only.
 func (s *suite) runSemaphores(t *testing.T) {
+	runChecks(t, []check{{"BadSize", s.testSemBadSize}})
+	if caps := s.backend(t).Driver().Capabilities(); caps.MaxLimit < 2 {
+		t.Skipf("the %s driver offers locks only (MaxLimit %d)", caps.Name, caps.MaxLimit)
+	}
 	runChecks(t, []check{
-		{"BadSize", s.testSemBadSize},
+		{"PlainContention", s.testSemPlainContention},
 		{"AdmitsSize", s.testSemAdmitsSize},
 		{"ExpiryFrees", s.testSemExpiryFrees},
 		{"SizeMismatch", s.testSemSizeMismatch},
@@ -40,15 +47,6 @@ func newSemaphore(t testing.TB, b *dsync.Backend, name string, size int, opts *s
 		t.Fatalf("semaphore.New(%q, %d): %v", name, size, err)
 	}
 	return sem
-}
-
-func mustPermit(t testing.TB, ctx context.Context, sem dsync.Semaphore) dsync.Permit {
-	t.Helper()
-	p, err := sem.TryAcquire(ctx)
-	if err != nil {
-		t.Fatalf("TryAcquire: %v", err)
-	}
-	return p
 }
 
 func wantFull(t testing.TB, ctx context.Context, sem dsync.Semaphore) {
@@ -83,12 +81,35 @@ func (s *suite) testSemBadSize(t *testing.T) {
 	}
 }
 
+// testSemPlainContention: the driver answers an attempt on a full
+// semaphore with the bare ErrNotAcquired, as the SPI says, and leaves
+// nothing behind.
+func (s *suite) testSemPlainContention(t *testing.T) {
+	ctx := testutil.Context(t)
+	d := s.backend(t).Driver()
+	req := backends.Request{Key: testutil.UniqueKey(t), TTL: s.driverTTL(d), Limit: 2}
+	for _, tok := range []string{"holder-1", "holder-2"} {
+		req.Token = tok
+		if _, err := d.Acquire(ctx, req); err != nil {
+			t.Fatalf("Acquire %s of 2: %v", tok, err)
+		}
+		t.Cleanup(func() { _ = d.Release(context.WithoutCancel(ctx), req.Key, tok) })
+	}
+	req.Token = "contender"
+	if _, err := d.Acquire(ctx, req); err != backends.ErrNotAcquired {
+		t.Fatalf("Acquire on a full semaphore: %v, want the bare backends.ErrNotAcquired", err)
+	}
+	if err := d.Release(ctx, req.Key, "contender"); !errors.Is(err, backends.ErrNotHeld) {
+		t.Fatalf("Release of the refused token: %v, want ErrNotHeld (nothing left behind)", err)
+	}
+}
+
 // testSemAdmitsSize fills a semaphore from several clients: exactly Size
 // permits are granted, a release frees exactly one, and fencing tokens grow
 // over all permits.
 func (s *suite) testSemAdmitsSize(t *testing.T) {
-	ctx := testContext(t)
-	name := uniqueKey(t)
+	ctx := testutil.Context(t)
+	name := testutil.UniqueKey(t)
 	const size = 3
 	var sems []*semaphore.Semaphore
 	for range size + 1 {
@@ -97,7 +118,7 @@ func (s *suite) testSemAdmitsSize(t *testing.T) {
 	var permits []dsync.Permit
 	var last uint64
 	for i := range size {
-		p := mustPermit(t, ctx, sems[i])
+		p := testutil.MustPermit(t, ctx, sems[i])
 		if tok := p.Token(); tok != 0 {
 			if tok <= last {
 				t.Fatalf("permit %d: token %d not above %d", i, tok, last)
@@ -110,7 +131,7 @@ func (s *suite) testSemAdmitsSize(t *testing.T) {
 	if err := permits[1].Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	p := mustPermit(t, ctx, sems[size])
+	p := testutil.MustPermit(t, ctx, sems[size])
 	if tok := p.Token(); tok != 0 && tok <= last {
 		t.Fatalf("permit after a release: token %d not above %d", tok, last)
 	}
@@ -124,7 +145,7 @@ func (s *suite) testSemAdmitsSize(t *testing.T) {
 		t.Fatalf("second release of a permit: %v, want ErrNotHeld", err)
 	}
 	for i := range size {
-		permits[i] = mustPermit(t, ctx, sems[i])
+		permits[i] = testutil.MustPermit(t, ctx, sems[i])
 	}
 	for _, q := range permits {
 		_ = q.Release(ctx)
@@ -134,11 +155,11 @@ func (s *suite) testSemAdmitsSize(t *testing.T) {
 // testSemExpiryFrees: permits that are not extended expire, are reported
 // lost, and free their slots.
 func (s *suite) testSemExpiryFrees(t *testing.T) {
-	ctx := testContext(t)
-	name := uniqueKey(t)
+	ctx := testutil.Context(t)
+	name := testutil.UniqueKey(t)
 	ttl := s.h.ShortTTL
 	sem := newSemaphore(t, s.backend(t), name, 2, &semaphore.Options{TTL: ttl})
-	a, b := mustPermit(t, ctx, sem), mustPermit(t, ctx, sem)
+	a, b := testutil.MustPermit(t, ctx, sem), testutil.MustPermit(t, ctx, sem)
 	other := newSemaphore(t, s.backend(t), name, 2, &semaphore.Options{TTL: ttl})
 	wantFull(t, ctx, other)
 	for _, p := range []dsync.Permit{a, b} {
@@ -152,11 +173,11 @@ func (s *suite) testSemExpiryFrees(t *testing.T) {
 		}
 	}
 	var p dsync.Permit
-	eventually(t, 3*ttl+10*time.Second, "a permit after the others expired", func() bool {
+	testutil.Eventually(t, 3*ttl+10*time.Second, func() bool {
 		var err error
 		p, err = other.TryAcquire(ctx)
 		return err == nil
-	})
+	}, "a permit after the others expired")
 	_ = p.Release(ctx)
 }
 
@@ -164,11 +185,11 @@ func (s *suite) testSemExpiryFrees(t *testing.T) {
 // clear error (not a wait) while holders of the other size are live; once
 // they are gone, the new size holds.
 func (s *suite) testSemSizeMismatch(t *testing.T) {
-	ctx := testContext(t)
-	name := uniqueKey(t)
+	ctx := testutil.Context(t)
+	name := testutil.UniqueKey(t)
 	three := newSemaphore(t, s.backend(t), name, 3, nil)
 	two := newSemaphore(t, s.backend(t), name, 2, nil)
-	p := mustPermit(t, ctx, three)
+	p := testutil.MustPermit(t, ctx, three)
 	_, err := two.Acquire(ctx) // blocking: must not wait out ctx
 	var inv *dsync.InvalidError
 	if !errors.As(err, &inv) || inv.Field != "size" {
@@ -180,7 +201,7 @@ func (s *suite) testSemSizeMismatch(t *testing.T) {
 	if err := p.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	q := mustPermit(t, ctx, two)
+	q := testutil.MustPermit(t, ctx, two)
 	if _, err := three.TryAcquire(ctx); !errors.As(err, &inv) {
 		t.Fatalf("TryAcquire with size 3 while size 2 is held: %v, want an InvalidError", err)
 	}
@@ -188,14 +209,14 @@ func (s *suite) testSemSizeMismatch(t *testing.T) {
 }
 
 func (s *suite) testSemWake(t *testing.T) {
-	ctx := testContext(t)
-	name := uniqueKey(t)
+	ctx := testutil.Context(t)
+	name := testutil.UniqueKey(t)
 	b := s.backend(t)
 	if !b.Driver().Capabilities().ReleaseNotices {
-		t.Fatalf("the %s driver offers no release wake-ups", b.Driver().Capabilities().Name)
+		t.Skipf("the %s driver offers no release wake-ups", b.Driver().Capabilities().Name)
 	}
 	full := newSemaphore(t, s.backend(t), name, 2, nil)
-	held := []dsync.Permit{mustPermit(t, ctx, full), mustPermit(t, ctx, full)}
+	held := []dsync.Permit{testutil.MustPermit(t, ctx, full), testutil.MustPermit(t, ctx, full)}
 	const retryDelay = 30 * time.Second
 	p := &signalPolicy{delay: retryDelay, waiting: make(chan struct{}, 1)}
 	waiter := newSemaphore(t, b, name, 2, &semaphore.Options{Retry: p})
@@ -227,10 +248,10 @@ func (s *suite) testSemWake(t *testing.T) {
 // testSemCancel: a waiter that gives up on a full semaphore leaves nothing
 // held: after one release, exactly one permit is free.
 func (s *suite) testSemCancel(t *testing.T) {
-	ctx := testContext(t)
-	name := uniqueKey(t)
+	ctx := testutil.Context(t)
+	name := testutil.UniqueKey(t)
 	sem := newSemaphore(t, s.backend(t), name, 2, nil)
-	held := []dsync.Permit{mustPermit(t, ctx, sem), mustPermit(t, ctx, sem)}
+	held := []dsync.Permit{testutil.MustPermit(t, ctx, sem), testutil.MustPermit(t, ctx, sem)}
 	wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	_, err := newSemaphore(t, s.backend(t), name, 2, nil).Acquire(wctx)
 	cancel()
@@ -240,15 +261,15 @@ func (s *suite) testSemCancel(t *testing.T) {
 	if err := held[0].Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	p := mustPermit(t, ctx, sem)
+	p := testutil.MustPermit(t, ctx, sem)
 	wantFull(t, ctx, sem)
 	_ = p.Release(ctx)
 	_ = held[1].Release(ctx)
 }
 
 func (s *suite) testSemDo(t *testing.T) {
-	ctx := testContext(t)
-	name := uniqueKey(t)
+	ctx := testutil.Context(t)
+	name := testutil.UniqueKey(t)
 	sem := newSemaphore(t, s.backend(t), name, 1, nil)
 	other := newSemaphore(t, s.backend(t), name, 1, nil)
 	ran := false
@@ -260,15 +281,15 @@ func (s *suite) testSemDo(t *testing.T) {
 	if err != nil || !ran {
 		t.Fatalf("Do: ran %v, err %v", ran, err)
 	}
-	p := mustPermit(t, ctx, other) // Do released its permit
+	p := testutil.MustPermit(t, ctx, other) // Do released its permit
 	_ = p.Release(ctx)
 }
 
 // testSemHammer: many goroutines over several clients; the number inside
 // the critical section never exceeds Size.
 func (s *suite) testSemHammer(t *testing.T) {
-	ctx := testContext(t)
-	name := uniqueKey(t)
+	ctx := testutil.Context(t)
+	name := testutil.UniqueKey(t)
 	const size, clients, perClient, rounds = 3, 3, 3, 10
 	var (
 		inside, most atomic.Int32
@@ -361,10 +382,8 @@ func init() {
 // critical sections, stamped on the machine's monotonic clock, never
 // number more than Size at once.
 func (s *suite) testSemProcessHammer(t *testing.T) {
-	if !s.crossProcess(t) {
-		return
-	}
-	name := uniqueKey(t)
+	s.needCrossProcess(t)
+	name := testutil.UniqueKey(t)
 	const size, workers, rounds = 2, 4, 12
 	var ws []*worker
 	for range workers {
@@ -390,11 +409,9 @@ func (s *suite) testSemProcessHammer(t *testing.T) {
 // gives its permit back within its TTL, while a live holder's permit,
 // auto-extended, stays taken past its TTL.
 func (s *suite) testSemKilledHolder(t *testing.T) {
-	if !s.crossProcess(t) {
-		return
-	}
-	ctx := testContext(t)
-	name := uniqueKey(t)
+	s.needCrossProcess(t)
+	ctx := testutil.Context(t)
+	name := testutil.UniqueKey(t)
 	ttl := max(s.h.ShortTTL, time.Second)
 	args := map[string]string{"name": name, "size": "2", "ttl": ttl.String()}
 	doomed, alive := s.startWorker(t, "sem-hold", args), s.startWorker(t, "sem-hold", args)
@@ -407,11 +424,11 @@ func (s *suite) testSemKilledHolder(t *testing.T) {
 	doomed.Kill(t)
 	killed := time.Now()
 	var p dsync.Permit
-	eventually(t, 3*ttl+10*time.Second, "the killed holder's permit back", func() bool {
+	testutil.Eventually(t, 3*ttl+10*time.Second, func() bool {
 		var err error
 		p, err = sem.TryAcquire(ctx)
 		return err == nil
-	})
+	}, "the killed holder's permit back")
 	t.Logf("permit back %v after the kill (ttl %v)", time.Since(killed), ttl)
 	p.AutoExtend() // it fills the semaphore with the live holder's below
 	defer p.Release(ctx)

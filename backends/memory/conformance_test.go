@@ -7,17 +7,14 @@ import (
 	"github.com/dsync-dev/dsync"
 	"github.com/dsync-dev/dsync/backends/backendtest"
 	"github.com/dsync-dev/dsync/backends/memory"
+	"github.com/dsync-dev/dsync/internal/testenv/testutil"
 )
 
 func TestConformance(t *testing.T) {
 	store := memory.NewStore(nil)
 	backendtest.Run(t, backendtest.Harness{
 		NewBackend: func(t testing.TB) *dsync.Backend {
-			b, err := dsync.NewBackend(memory.New(&memory.Options{Store: store}), nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return b
+			return testutil.NewBackend(t, memory.New(&memory.Options{Store: store}))
 		},
 		ShortTTL: 150 * time.Millisecond,
 	})

@@ -30,10 +30,7 @@ type Driver struct {
 	subs   map[*subscription]struct{} // open subscriptions; guarded by Store.mu
 }
 
-var (
-	_ backends.Driver = (*Driver)(nil)
-	_ backends.Driver = (*Driver)(nil)
-)
+var _ backends.Driver = (*Driver)(nil)
 
 // caps never change; see Capabilities.
 var caps = backends.Capabilities{

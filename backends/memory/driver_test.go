@@ -45,7 +45,7 @@ func TestAcquireBadInput(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			d, _ := newManual(t)
-			mustAcquire(t, d, backends.Request{Key: "sem", Token: "holder", TTL: time.Second, Limit: 2})
+			mustGrant(t, d, backends.Request{Key: "sem", Token: "holder", TTL: time.Second, Limit: 2})
 			_, err := d.Acquire(context.Background(), tt.req)
 			var ie *backends.InvalidError
 			if !errors.Is(err, tt.is) || !errors.As(err, &ie) || ie.Field != tt.field {
@@ -85,7 +85,7 @@ func TestKeyTokenTTLBadInput(t *testing.T) {
 
 func TestMismatchedLimitNamesBoth(t *testing.T) {
 	d, _ := newManual(t)
-	mustAcquire(t, d, backends.Request{Key: "k", Token: "a", TTL: time.Second, Limit: 2})
+	mustGrant(t, d, backends.Request{Key: "k", Token: "a", TTL: time.Second, Limit: 2})
 	_, err := d.Acquire(context.Background(), backends.Request{Key: "k", Token: "b", TTL: time.Second})
 	if !errors.Is(err, backends.ErrInvalid) || !strings.Contains(err.Error(), "1") || !strings.Contains(err.Error(), "2") {
 		t.Fatalf("err = %v, want an invalid limit naming 1 and 2", err)
@@ -95,7 +95,7 @@ func TestMismatchedLimitNamesBoth(t *testing.T) {
 func TestExpiry(t *testing.T) {
 	ctx := context.Background()
 	d, clk := newManual(t)
-	mustAcquire(t, d, req("k", "old"))
+	mustGrant(t, d, req("k", "old"))
 	if _, err := d.Acquire(ctx, req("k", "new")); !errors.Is(err, backends.ErrNotAcquired) {
 		t.Fatalf("Acquire while held: err = %v, want ErrNotAcquired", err)
 	}
@@ -107,7 +107,7 @@ func TestExpiry(t *testing.T) {
 	if _, err := d.Holder(ctx, "k"); !errors.Is(err, backends.ErrNotHeld) {
 		t.Fatalf("Holder at expiry: err = %v, want ErrNotHeld", err)
 	}
-	mustAcquire(t, d, req("k", "new"))
+	mustGrant(t, d, req("k", "new"))
 	if err := d.Release(ctx, "k", "old"); !errors.Is(err, backends.ErrNotHeld) {
 		t.Fatalf("Release of expired hold: err = %v, want ErrNotHeld", err)
 	}
@@ -119,7 +119,7 @@ func TestExpiry(t *testing.T) {
 func TestRefresh(t *testing.T) {
 	ctx := context.Background()
 	d, clk := newManual(t)
-	mustAcquire(t, d, req("k", "a"))
+	mustGrant(t, d, req("k", "a"))
 	clk.Advance(900 * time.Millisecond)
 	if err := d.Refresh(ctx, "k", "a", 2*time.Second+time.Microsecond); err != nil {
 		t.Fatalf("Refresh: %v", err)
@@ -139,7 +139,7 @@ func TestRefresh(t *testing.T) {
 func TestRefreshNeverRecreates(t *testing.T) {
 	ctx := context.Background()
 	d, clk := newManual(t)
-	mustAcquire(t, d, req("k", "a"))
+	mustGrant(t, d, req("k", "a"))
 	clk.Advance(time.Second)
 	if err := d.Refresh(ctx, "k", "a", time.Hour); !errors.Is(err, backends.ErrNotHeld) {
 		t.Fatalf("Refresh after expiry: err = %v, want ErrNotHeld", err)
@@ -147,13 +147,13 @@ func TestRefreshNeverRecreates(t *testing.T) {
 	if _, err := d.Holder(ctx, "k"); !errors.Is(err, backends.ErrNotHeld) {
 		t.Fatalf("Refresh re-created the hold: Holder err = %v", err)
 	}
-	mustAcquire(t, d, req("k", "b"))
+	mustGrant(t, d, req("k", "b"))
 }
 
 func TestReleaseOnlyOwnHold(t *testing.T) {
 	ctx := context.Background()
 	d, _ := newManual(t)
-	mustAcquire(t, d, req("k", "a"))
+	mustGrant(t, d, req("k", "a"))
 	if err := d.Release(ctx, "k", "b"); !errors.Is(err, backends.ErrNotHeld) {
 		t.Fatalf("Release by another token: err = %v, want ErrNotHeld", err)
 	}
@@ -166,7 +166,7 @@ func TestReleaseOnlyOwnHold(t *testing.T) {
 	if err := d.Release(ctx, "k", "a"); !errors.Is(err, backends.ErrNotHeld) {
 		t.Fatalf("double Release: err = %v, want ErrNotHeld", err)
 	}
-	mustAcquire(t, d, req("k", "b"))
+	mustGrant(t, d, req("k", "b"))
 }
 
 func TestFencesIncrease(t *testing.T) {
@@ -181,11 +181,11 @@ func TestFencesIncrease(t *testing.T) {
 		d := []*memory.Driver{d1, d2}[i%2]
 		token := fmt.Sprint(i)
 		if i%5 == 4 {
-			if g := mustAcquire(t, d, backends.Request{Key: "k", Token: token, TTL: time.Second}); g.Fence != 0 {
+			if g := mustGrant(t, d, backends.Request{Key: "k", Token: token, TTL: time.Second}); g.Fence != 0 {
 				t.Fatalf("unfenced Acquire: Fence = %d, want 0", g.Fence)
 			}
 		} else {
-			g := mustAcquire(t, d, req("k", token))
+			g := mustGrant(t, d, req("k", token))
 			if g.Fence <= last {
 				t.Fatalf("acquire %d: Fence = %d, want > %d", i, g.Fence, last)
 			}
@@ -197,10 +197,10 @@ func TestFencesIncrease(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if g := mustAcquire(t, d1, req("other", "x")); g.Fence != 1 {
+	if g := mustGrant(t, d1, req("other", "x")); g.Fence != 1 {
 		t.Fatalf("first fence of another key = %d, want 1", g.Fence)
 	}
-	if g := mustAcquire(t, d1, backends.Request{Key: "k", Token: "z", TTL: time.Second, Fence: true}); g.TTL != time.Second {
+	if g := mustGrant(t, d1, backends.Request{Key: "k", Token: "z", TTL: time.Second, Fence: true}); g.TTL != time.Second {
 		t.Fatalf("Grant.TTL = %v, want 1s", g.TTL)
 	}
 }
@@ -210,7 +210,7 @@ func TestSharedStore(t *testing.T) {
 	store := memory.NewStore(nil)
 	d1, d2 := memory.New(&memory.Options{Store: store}), memory.New(&memory.Options{Store: store})
 	defer d2.Close()
-	mustAcquire(t, d1, backends.Request{Key: "k", Token: "a", Value: []byte("one"), TTL: time.Minute})
+	mustGrant(t, d1, backends.Request{Key: "k", Token: "a", Value: []byte("one"), TTL: time.Minute})
 	if _, err := d2.Acquire(ctx, req("k", "b")); !errors.Is(err, backends.ErrNotAcquired) {
 		t.Fatalf("second driver Acquire: err = %v, want ErrNotAcquired", err)
 	}
@@ -233,7 +233,7 @@ func TestValueIsCopied(t *testing.T) {
 	ctx := context.Background()
 	d, _ := newManual(t)
 	v := []byte("leader-1")
-	mustAcquire(t, d, backends.Request{Key: "k", Token: "a", Value: v, TTL: time.Second})
+	mustGrant(t, d, backends.Request{Key: "k", Token: "a", Value: v, TTL: time.Second})
 	v[0] = 'X'
 	info, _ := d.Holder(ctx, "k")
 	info.Value[1] = 'Y'
@@ -246,7 +246,7 @@ func TestValueIsCopied(t *testing.T) {
 func TestClosed(t *testing.T) {
 	ctx := context.Background()
 	d, _ := newManual(t)
-	mustAcquire(t, d, req("k", "a"))
+	mustGrant(t, d, req("k", "a"))
 	for range 2 {
 		if err := d.Close(); err != nil {
 			t.Fatalf("Close: %v", err)
@@ -275,7 +275,7 @@ func TestContextDone(t *testing.T) {
 	if _, err := d.Holder(context.Background(), "k"); !errors.Is(err, backends.ErrNotHeld) {
 		t.Fatalf("cancelled Acquire acted: Holder err = %v", err)
 	}
-	mustAcquire(t, d, req("k", "a"))
+	mustGrant(t, d, req("k", "a"))
 	if err := d.Release(ctx, "k", "a"); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Release: err = %v, want context.Canceled", err)
 	}
@@ -299,9 +299,9 @@ func TestSemaphore(t *testing.T) {
 	sem := func(token string, ttl time.Duration) backends.Request {
 		return backends.Request{Key: "sem", Token: token, Value: []byte(token), TTL: ttl, Limit: 3, Fence: true}
 	}
-	mustAcquire(t, d, sem("a", 3*time.Second))
-	mustAcquire(t, d, sem("b", 5*time.Second))
-	mustAcquire(t, d, sem("c", 4*time.Second))
+	mustGrant(t, d, sem("a", 3*time.Second))
+	mustGrant(t, d, sem("b", 5*time.Second))
+	mustGrant(t, d, sem("c", 4*time.Second))
 	if _, err := d.Acquire(ctx, sem("d", time.Second)); !errors.Is(err, backends.ErrNotAcquired) {
 		t.Fatalf("fourth Acquire: err = %v, want ErrNotAcquired", err)
 	}
@@ -311,15 +311,15 @@ func TestSemaphore(t *testing.T) {
 	if err := d.Release(ctx, "sem", "c"); err != nil {
 		t.Fatal(err)
 	}
-	mustAcquire(t, d, sem("d", time.Second))
+	mustGrant(t, d, sem("d", time.Second))
 	clk.Advance(3 * time.Second) // a and d expire
-	mustAcquire(t, d, sem("e", time.Second))
-	mustAcquire(t, d, sem("f", time.Second))
+	mustGrant(t, d, sem("e", time.Second))
+	mustGrant(t, d, sem("f", time.Second))
 	if _, err := d.Acquire(ctx, sem("g", time.Second)); !errors.Is(err, backends.ErrNotAcquired) {
 		t.Fatalf("Acquire past the limit after expiry: err = %v, want ErrNotAcquired", err)
 	}
 	clk.Advance(5 * time.Second) // all expire: the key forgets its limit
-	mustAcquire(t, d, req("sem", "lock"))
+	mustGrant(t, d, req("sem", "lock"))
 }
 
 func TestSemaphoreConcurrentAdmitsExactlyLimit(t *testing.T) {

@@ -29,7 +29,7 @@ func req(key, token string) backends.Request {
 	return backends.Request{Key: key, Token: token, TTL: time.Second, Fence: true}
 }
 
-func mustAcquire(t *testing.T, d backends.Driver, r backends.Request) backends.Grant {
+func mustGrant(t *testing.T, d backends.Driver, r backends.Request) backends.Grant {
 	t.Helper()
 	g, err := d.Acquire(context.Background(), r)
 	if err != nil {

@@ -27,7 +27,7 @@ func TestOpenNamedStore(t *testing.T) {
 	if got := b2.Defaults().TTL; got != 30*time.Second {
 		t.Fatalf("ttl option: Defaults().TTL = %v, want 30s", got)
 	}
-	mustAcquire(t, b1.Driver(), backends.Request{Key: "k", Token: "a", Value: []byte("v"), TTL: time.Minute})
+	mustGrant(t, b1.Driver(), backends.Request{Key: "k", Token: "a", Value: []byte("v"), TTL: time.Minute})
 	if err := b1.Close(); err != nil {
 		t.Fatal(err)
 	}

@@ -33,7 +33,7 @@ func TestWatchRelease(t *testing.T) {
 	ctx := context.Background()
 	d, _ := newManual(t)
 	sub, other := watch(t, d, "k"), watch(t, d, "other")
-	mustAcquire(t, d, req("k", "a"))
+	mustGrant(t, d, req("k", "a"))
 	if pending(sub) {
 		t.Fatal("notice after Acquire")
 	}
@@ -44,7 +44,7 @@ func TestWatchRelease(t *testing.T) {
 		t.Fatalf("Release: err = %v, or it sent no notice", err)
 	}
 	for _, token := range []string{"b", "c"} { // two releases coalesce into one notice
-		mustAcquire(t, d, req("k", token))
+		mustGrant(t, d, req("k", token))
 		if err := d.Release(ctx, "k", token); err != nil {
 			t.Fatal(err)
 		}
@@ -63,7 +63,7 @@ func TestWatchRelease(t *testing.T) {
 func TestWatchWokenByClockAdvance(t *testing.T) {
 	d, clk := newManual(t)
 	sub := watch(t, d, "k")
-	mustAcquire(t, d, req("k", "a"))
+	mustGrant(t, d, req("k", "a"))
 	woken := make(chan struct{})
 	go func() {
 		defer close(woken)
@@ -86,7 +86,7 @@ func TestWatchWokenByClockAdvance(t *testing.T) {
 func TestWatchWokenBySet(t *testing.T) {
 	d, clk := newManual(t)
 	sub := watch(t, d, "k")
-	mustAcquire(t, d, req("k", "a"))
+	mustGrant(t, d, req("k", "a"))
 	clk.Set(epoch.Add(time.Hour))
 	if !pending(sub) {
 		t.Fatal("no notice after Set past expiry")
@@ -97,7 +97,7 @@ func TestWatchWokenByExpiryOnAccess(t *testing.T) {
 	d := memory.New(nil) // real clock
 	defer d.Close()
 	sub := watch(t, d, "k")
-	mustAcquire(t, d, backends.Request{Key: "k", Token: "a", TTL: time.Millisecond})
+	mustGrant(t, d, backends.Request{Key: "k", Token: "a", TTL: time.Millisecond})
 	time.Sleep(5 * time.Millisecond)
 	if _, err := d.Holder(context.Background(), "k"); err == nil {
 		t.Fatal("hold outlived its TTL")
@@ -113,7 +113,7 @@ func TestWatchClose(t *testing.T) {
 	sub, kept := watch(t, d, "k"), watch(t, d, "k")
 	sub.Close()
 	sub.Close()
-	mustAcquire(t, d, req("k", "a"))
+	mustGrant(t, d, req("k", "a"))
 	if err := d.Release(ctx, "k", "a"); err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +137,7 @@ func TestDriverCloseEndsSubscriptions(t *testing.T) {
 	if !pending(sub) {
 		t.Fatal("no wake-up when the driver closed")
 	}
-	mustAcquire(t, d2, req("k", "a"))
+	mustGrant(t, d2, req("k", "a"))
 	if err := d2.Release(ctx, "k", "a"); err != nil {
 		t.Fatal(err)
 	}

@@ -12,63 +12,82 @@ import (
 	"github.com/dsync-dev/dsync/retry"
 )
 
-// Attempt makes one attempt to obtain a hold on key. On contention it
-// returns an error matching dsync.ErrNotAcquired. If the outcome is unknown
-// (the call failed or timed out) or the hold came back with no validity
-// left, it releases the token before returning, since the server may have
-// applied it, and the attempt counts as failed.
-func Attempt(ctx context.Context, cfg *Config, key string) (*Lease, error) {
+// Attempt makes one attempt to obtain a hold on c.Key. On plain contention
+// it returns the bare dsync.ErrNotAcquired. If the outcome is unknown (the
+// call failed or timed out) or the hold came back with no validity left,
+// it releases the token before returning, since the server may have
+// applied it, and the attempt counts as failed. If ctx is already done it
+// sends nothing and returns c.notStarted's error.
+func (c *Config) Attempt(ctx context.Context) (*Lease, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, c.notStarted(err)
+	}
 	token := NewToken()
-	req := backends.Request{Key: key, Token: token, Value: cfg.Value, TTL: cfg.TTL, Limit: cfg.Limit, Fence: cfg.Fence}
+	req := backends.Request{Key: c.Key, Token: token, Value: c.Value, TTL: c.TTL, Limit: c.Limit, Fence: !c.NoFencing}
 	start := time.Now()
-	actx, cancel := clockFor(cfg.Driver).Within(ctx, cfg.AttemptTimeout)
-	g, err := cfg.Driver.Acquire(actx, req)
+	actx, cancel := context.WithTimeout(ctx, c.AttemptTimeout)
+	g, err := c.Driver.Acquire(actx, req)
 	cancel()
 	if err != nil {
 		if !final(err) && !errors.Is(err, dsync.ErrNotAcquired) {
-			_ = release(ctx, cfg, key, token)
+			_ = release(ctx, c, c.Key, token)
 		}
 		return nil, err
 	}
-	expires := start.Add(g.TTL - cfg.Drift(g.TTL))
+	expires := start.Add(g.TTL - c.Drift(g.TTL))
 	if !time.Now().Before(expires) {
-		_ = release(ctx, cfg, cmp.Or(g.Key, key), token)
-		return nil, fmt.Errorf("%w: %q: the attempt took longer than the lease's validity (ttl %v)", dsync.ErrNotAcquired, key, g.TTL)
+		_ = release(ctx, c, cmp.Or(g.Key, c.Key), token)
+		return nil, fmt.Errorf("%w: %q: the attempt took longer than the lease's validity (ttl %v)", dsync.ErrNotAcquired, c.Key, g.TTL)
 	}
-	return newLease(cfg, key, token, g, start, expires), nil
+	return newLease(c, c.Key, token, g, start, expires), nil
 }
 
-// final reports errors that no retry can cure.
-func final(err error) bool {
-	return errors.Is(err, dsync.ErrInvalid) || errors.Is(err, dsync.ErrClosed) || errors.Is(err, dsync.ErrUnsupported)
+// TryAcquire makes one attempt, like Attempt, and starts auto-extension if
+// c.AutoExtend. Plain contention is an error matching dsync.ErrNotAcquired
+// that says what was taken.
+func (c *Config) TryAcquire(ctx context.Context) (*Lease, error) {
+	l, err := c.Attempt(ctx)
+	if err == dsync.ErrNotAcquired { // the bare sentinel: plain contention
+		return nil, fmt.Errorf("%w: %s", err, c.taken())
+	}
+	return c.started(l, err)
 }
 
-// Acquire blocks until it obtains a hold on key, retrying on contention and
-// on transient failures with the policy's jittered delays, and waking early
-// when the driver reports a release of key. Waiters of one process line up
-// first come first served, and only the first contends on the backend. It
-// gives up when ctx ends or the policy does, with an error matching
-// dsync.ErrNotAcquired (and ctx's error when that was the cause); nothing
-// is left held then.
+// Acquire blocks until it obtains a hold on c.Key, retrying on contention
+// and on transient failures with c.Retry's jittered delays, and waking
+// early when the driver reports a release. Waiters of one process and
+// backend line up first come first served, and only the first contends on
+// the backend. It gives up when ctx ends or the policy does, with an error
+// matching dsync.ErrNotAcquired (and ctx's error when that was the cause);
+// nothing is left held then. With ctx already done it returns at once, with
+// no I/O. Errors no retry can cure (dsync.ErrInvalid,
+// ErrClosed, ErrUnsupported) end it at once.
+//
+// between, when not nil, runs after every attempt that met contention,
+// before the wait; an error from it ends Acquire and is returned as is.
 //
 // The first attempt goes out at once; only when it fails does Acquire
 // subscribe to release notices, and then it attempts once more before it
 // waits, so that a release between the first attempt and the subscription
-// is not missed. An uncontended Acquire therefore costs one attempt.
-func Acquire(ctx context.Context, cfg *Config, key string, policy retry.Policy) (*Lease, error) {
-	turn, err := waitTurn(ctx, cfg.Driver, key)
-	if err != nil {
-		return nil, gaveUp(cfg, key, err, errors.New("waiting behind other waiters of this process"))
+// is not missed. An uncontended Acquire costs one attempt, no subscription
+// and no backoff.
+func (c *Config) Acquire(ctx context.Context, between func(context.Context) error) (*Lease, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, c.notStarted(err)
 	}
-	defer passTurn(turn)
+	turn, err := waitTurn(ctx, c)
+	if err != nil {
+		return nil, c.gaveUp(err, errors.New("waiting behind other waiters of this process"))
+	}
+	defer turn.pass()
 	var wake <-chan struct{}
 	subscribed := false
 	var prev error      // the last attempt that ran its course
-	var b retry.Backoff // started at the first wait: an uncontended Acquire needs none
+	var b retry.Backoff // started at the first wait
 	for {
-		l, err := Attempt(ctx, cfg, key)
+		l, err := c.Attempt(ctx)
 		if err == nil {
-			return l, nil
+			return c.started(l, nil)
 		}
 		if final(err) {
 			return nil, err
@@ -76,45 +95,72 @@ func Acquire(ctx context.Context, cfg *Config, key string, policy retry.Policy) 
 		if ctx.Err() != nil {
 			// An attempt cut short by ctx tells less (no quorum, say)
 			// than the one before it.
-			return nil, gaveUp(cfg, key, ctx.Err(), cmp.Or(prev, err))
+			return nil, c.gaveUp(ctx.Err(), cmp.Or(prev, err))
 		}
 		prev = err
+		if between != nil && errors.Is(err, dsync.ErrNotAcquired) {
+			if herr := between(ctx); herr != nil {
+				return nil, herr
+			}
+		}
 		if !subscribed {
 			subscribed = true
-			if sub, serr := cfg.Driver.WatchReleases(ctx, key); serr == nil {
+			if sub, serr := c.Driver.WatchReleases(ctx, c.Key); serr == nil {
 				defer sub.Close()
 				wake = sub.C()
 				continue // attempt again now that no release can slip by
 			}
 		}
 		if b == nil {
-			b = policy.Start()
+			b = c.Retry.Start()
 		}
 		d, ok := b.Next()
 		if !ok {
-			return nil, gaveUp(cfg, key, errors.New("the retry policy gave up"), err)
+			return nil, c.gaveUp(errors.New("the retry policy gave up"), err)
 		}
 		if werr := retry.Wait(ctx, d, wake); werr != nil {
-			return nil, gaveUp(cfg, key, werr, err)
+			return nil, c.gaveUp(werr, err)
 		}
 	}
+}
+
+// started starts auto-extension of a lease just acquired, if configured.
+func (c *Config) started(l *Lease, err error) (*Lease, error) {
+	if err != nil {
+		return nil, err
+	}
+	if c.AutoExtend {
+		l.AutoExtend()
+	}
+	return l, nil
+}
+
+// final reports errors that no retry can cure.
+func final(err error) bool {
+	return errors.Is(err, dsync.ErrInvalid) || errors.Is(err, dsync.ErrClosed) || errors.Is(err, dsync.ErrUnsupported)
 }
 
 // gaveUp builds the error of an Acquire that stopped trying: it matches
 // dsync.ErrNotAcquired, cause (ctx's error, typically) and the last
 // attempt's error, whose detail (a lost quorum, a network error) it keeps.
-func gaveUp(cfg *Config, key string, cause, last error) error {
+func (c *Config) gaveUp(cause, last error) error {
 	if last == dsync.ErrNotAcquired { // the bare sentinel: plain contention
-		return fmt.Errorf("%w: %s: %w", dsync.ErrNotAcquired, Taken(cfg, key), cause)
+		return fmt.Errorf("%w: %s: %w", dsync.ErrNotAcquired, c.taken(), cause)
 	}
-	return fmt.Errorf("%w: %q: %w (last attempt: %w)", dsync.ErrNotAcquired, key, cause, last)
+	return fmt.Errorf("%w: %q: %w (last attempt: %w)", dsync.ErrNotAcquired, c.Key, cause, last)
 }
 
-// Taken describes plain contention on key for messages: a lock held by
-// another owner, or a semaphore with every permit taken.
-func Taken(cfg *Config, key string) string {
-	if cfg.Limit > 1 {
-		return fmt.Sprintf("all %d permits of %q are taken", cfg.Limit, key)
+// notStarted is the error of an acquisition whose ctx was done before it
+// began: it matches dsync.ErrNotAcquired and ctx's error.
+func (c *Config) notStarted(ctxErr error) error {
+	return fmt.Errorf("%w: %q: %w", dsync.ErrNotAcquired, c.Key, ctxErr)
+}
+
+// taken describes plain contention for messages: a lock held by another
+// owner, or a semaphore with every permit taken.
+func (c *Config) taken() string {
+	if c.Limit > 1 {
+		return fmt.Sprintf("all %d permits of %q are taken", c.Limit, c.Key)
 	}
-	return fmt.Sprintf("%q is held by another owner", key)
+	return fmt.Sprintf("%q is held by another owner", c.Key)
 }

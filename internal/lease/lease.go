@@ -1,7 +1,23 @@
-// Package lease is the lifecycle of one hold, written once over the driver
-// SPI for every primitive: acquisition attempts with validity and drift,
-// blocking acquisition with jittered retry and release wake-ups, extension
-// with a bound, auto-extension, loss detection and release.
+// Package lease is the policy of dsync, written once over the driver SPI
+// for every primitive (locker, semaphore and leader are thin constructors
+// over it):
+//
+//   - New resolves and checks options against each other and the backend,
+//     with no I/O, into an immutable Config;
+//   - Config.Attempt makes one attempt: validity = TTL - elapsed - drift,
+//     and a release of the token when the outcome is unknown;
+//   - Config.Acquire blocks, retrying with jitter and waking on release
+//     notices; the waiters of one process and backend line up first come
+//     first served, on a line kept on the *dsync.Backend;
+//   - Lease is one hold: extension within a bound, auto-extension, loss
+//     detection (a refresh found the hold gone, or the local validity ran
+//     out, whichever first) and release on a fresh bounded context when the
+//     caller's is done.
+//
+// Every goroutine started here (auto-extension) is stopped and awaited by
+// Release; a lease lost or released leaves nothing running. A failed
+// Acquire leaves nothing held. The run-while-held helper is
+// dsync.RunLeased, in the root package, which cannot import this one.
 package lease
 
 import (
@@ -17,40 +33,6 @@ import (
 	"github.com/dsync-dev/dsync"
 	"github.com/dsync-dev/dsync/backends"
 )
-
-// Config is the validated, immutable configuration shared by every lease of
-// one primitive. The constructors in locker, semaphore and leader fill and
-// check it; this package trusts it.
-type Config struct {
-	Driver backends.Driver
-	// Request template: Limit, Value and Fence; Key, Token and TTL are set
-	// per attempt.
-	Limit int
-	Value []byte
-	Fence bool
-	// TTL is the requested time to live.
-	TTL time.Duration
-	// DriftFactor and DriftMin make the clock-drift allowance subtracted
-	// from every validity: TTL*DriftFactor + DriftMin.
-	DriftFactor float64
-	DriftMin    time.Duration
-	// AttemptTimeout bounds one driver call of an acquisition attempt.
-	AttemptTimeout time.Duration
-	// ReleaseTimeout bounds a release, and the clean-up of a failed
-	// attempt.
-	ReleaseTimeout time.Duration
-	// ExtendInterval is the auto-extension period; zero means a third of
-	// the granted TTL.
-	ExtendInterval time.Duration
-	// MaxExtensions and MaxHold bound extension; zero means no bound.
-	MaxExtensions int
-	MaxHold       time.Duration
-}
-
-// Drift is the allowance for clock drift subtracted from a validity.
-func (c *Config) Drift(ttl time.Duration) time.Duration {
-	return time.Duration(float64(ttl)*c.DriftFactor) + c.DriftMin
-}
 
 // NewToken returns a random token, unique across clients and attempts
 // (128 bits from crypto/rand, hex encoded).
@@ -334,16 +316,27 @@ func (l *Lease) Release(ctx context.Context) error {
 		// The lease was lost before; the hold may still have been there.
 		return fmt.Errorf("%w: %w", dsync.ErrNotHeld, lost)
 	}
+	if err != nil && !errors.Is(err, dsync.ErrNotHeld) && !final(err) {
+		// No reply (a timeout, a broken connection): the lease has ended
+		// here all the same, and the hold, if it stayed, expires.
+		return fmt.Errorf("%w: %q: the release's outcome is unknown, so the hold may stay until it expires: %w", dsync.ErrNotHeld, l.key, err)
+	}
 	return err
 }
 
-// release removes a hold within cfg.ReleaseTimeout, on a fresh context when
-// ctx is already done, so that a cancelled caller still cleans up.
+// release removes a hold within cfg.ReleaseTimeout and the caller's
+// deadline. When ctx is already done it works on a fresh context, so that
+// a cancelled caller still cleans up, bounded by the caller's deadline if
+// that is still ahead and sooner than the release timeout.
 func release(ctx context.Context, cfg *Config, key, token string) error {
+	timeout := cfg.ReleaseTimeout
 	if ctx.Err() != nil {
+		if dl, ok := ctx.Deadline(); ok && time.Until(dl) > 0 {
+			timeout = min(timeout, time.Until(dl))
+		}
 		ctx = context.WithoutCancel(ctx)
 	}
-	ctx, cancel := clockFor(cfg.Driver).Within(ctx, cfg.ReleaseTimeout)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	return cfg.Driver.Release(ctx, key, token)
 }

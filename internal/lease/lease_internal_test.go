@@ -11,13 +11,26 @@ import (
 	"github.com/dsync-dev/dsync/backends"
 	"github.com/dsync-dev/dsync/backends/memory"
 	"github.com/dsync-dev/dsync/internal/testenv/leakcheck"
+	"github.com/dsync-dev/dsync/internal/testenv/testutil"
 	"github.com/dsync-dev/dsync/retry"
 )
 
 func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }
 
-func testConfig(d backends.Driver) *Config {
-	return &Config{Driver: d, Limit: 1, TTL: time.Second, AttemptTimeout: time.Second, ReleaseTimeout: time.Second}
+// testConfig returns the configuration of a lock on key over d, with a
+// TTL of 1s.
+func testConfig(t *testing.T, d backends.Driver, key string, opts *Options) *Config {
+	t.Helper()
+	b := testutil.NewBackend(t, d)
+	if opts == nil {
+		opts = &Options{}
+	}
+	opts.TTL = time.Second
+	c, err := New(b, key, 1, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
 
 // TestLateTimerStillReportsLoss: a process paused past its validity (its
@@ -26,7 +39,7 @@ func testConfig(d backends.Driver) *Config {
 func TestLateTimerStillReportsLoss(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := t.Context()
-		l, err := Attempt(ctx, testConfig(memory.New(nil)), "k")
+		l, err := testConfig(t, memory.New(nil), "k", nil).Attempt(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -61,12 +74,12 @@ func TestLateTimerStillReportsLoss(t *testing.T) {
 func TestDoneWithoutTimerUntilAsked(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := t.Context()
-		cfg := testConfig(memory.New(nil))
-		early, err := Attempt(ctx, cfg, "early")
+		d := memory.New(nil)
+		early, err := testConfig(t, d, "early", nil).Attempt(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		late, err := Attempt(ctx, cfg, "late")
+		late, err := testConfig(t, d, "late", nil).Attempt(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -120,7 +133,7 @@ func TestAcquireAttemptsAgainAfterSubscribing(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := t.Context()
 		d := memory.New(nil)
-		holder, err := Attempt(ctx, testConfig(d), "k")
+		holder, err := testConfig(t, d, "k", nil).Attempt(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -130,7 +143,7 @@ func TestAcquireAttemptsAgainAfterSubscribing(t *testing.T) {
 			t.Fatal(err)
 		}
 		start := time.Now()
-		l, err := Acquire(ctx, testConfig(n), "k", slow)
+		l, err := testConfig(t, n, "k", &Options{Retry: slow}).Acquire(ctx, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -139,30 +152,4 @@ func TestAcquireAttemptsAgainAfterSubscribing(t *testing.T) {
 			t.Errorf("Acquire waited %v after a release it could see at once", waited)
 		}
 	})
-}
-
-// uncomparable is a driver that cannot be a map key.
-type uncomparable struct {
-	*memory.Driver
-	_ []int
-}
-
-func TestClockPerDriver(t *testing.T) {
-	a, b := memory.New(nil), memory.New(nil)
-	if first, again := clockFor(a), clockFor(a); first != again {
-		t.Fatal("two calls on one driver got different clocks")
-	}
-	if clockFor(a) == clockFor(b) {
-		t.Fatal("two drivers share a clock")
-	}
-	u := uncomparable{Driver: a}
-	if first, again := clockFor(u), clockFor(u); first == nil || first == again {
-		t.Fatal("a driver that cannot be a map key must get a clock of its own per call")
-	}
-	for range 2 * maxClocks {
-		clockFor(memory.New(nil))
-	}
-	if n := numClocks.Load(); n > maxClocks {
-		t.Fatalf("%d clocks cached, bound %d", n, maxClocks)
-	}
 }

@@ -3,23 +3,25 @@ package lease
 import (
 	"context"
 	"sync"
-
-	"github.com/dsync-dev/dsync/backends"
 )
 
-// The waiters of one process for one key line up here, first come first
-// served, and only the head of the line contends on the backend. Goroutines
-// sharing a process therefore never starve one another (a releaser that
-// asks again queues behind those already waiting, instead of winning the
-// race it is best placed to win), and a crowd of local waiters costs the
-// backend one poller, like etcd's waiters that each watch their predecessor.
-// Contention between processes is still settled by the backend, with
-// jittered retry and release notices.
+// The waiters of one process for one key of one backend line up here,
+// first come first served, and only the head of the line contends on the
+// backend. Goroutines sharing a process therefore never starve one another
+// (a releaser that asks again queues behind those already waiting, instead
+// of winning the race it is best placed to win), and a crowd of local
+// waiters costs the backend one poller, like etcd's waiters that each watch
+// their predecessor. Contention between processes is still settled by the
+// backend, with jittered retry and release notices.
 
-type queueKey struct {
-	driver backends.Driver
-	key    string
+// lines are the waiting lines of one backend, kept on it (dsync.Backend.State).
+type lines struct {
+	mu sync.Mutex
+	m  map[string]*line // by key; protected by mu
 }
+
+// linesKey is the key of a backend's lines in its state.
+type linesKey struct{}
 
 // line is the queue of one key while some waiter is at its head: turns
 // holds the channels of the others, in arrival order.
@@ -27,66 +29,67 @@ type line struct {
 	turns []chan struct{}
 }
 
-// headOnly is the line of a key whose head has nobody behind it, shared
-// by all such keys (never modified), so that an uncontended Acquire
-// allocates no line.
+// headOnly is the line of a key whose head has nobody behind it, shared by
+// all such keys (never modified), so that an uncontended Acquire allocates
+// no line.
 var headOnly = &line{}
 
-var (
-	linesMu sync.Mutex
-	lines   = map[queueKey]*line{} // protected by linesMu
-)
+// turn is a waiter's place at the head of a line.
+type turn struct {
+	ls  *lines
+	key string
+}
 
-// waitTurn blocks until the caller is at the head of key's line, or ctx
+// waitTurn blocks until the caller is at the head of c.Key's line, or ctx
 // ends (the error is ctx's, and the caller has left the line). On success
-// the caller must call passTurn with the key returned once it is done
-// contending.
-func waitTurn(ctx context.Context, d backends.Driver, key string) (queueKey, error) {
-	k := queueKey{d, key}
-	linesMu.Lock()
-	l := lines[k]
+// the caller must call pass once it is done contending.
+func waitTurn(ctx context.Context, c *Config) (turn, error) {
+	ls := c.Backend.State(linesKey{}, func() any { return &lines{m: map[string]*line{}} }).(*lines)
+	t := turn{ls, c.Key}
+	ls.mu.Lock()
+	l := ls.m[c.Key]
 	if l == nil {
-		lines[k] = headOnly
-		linesMu.Unlock()
-		return k, nil
+		ls.m[c.Key] = headOnly
+		ls.mu.Unlock()
+		return t, nil
 	}
 	if l == headOnly {
 		l = &line{}
-		lines[k] = l
+		ls.m[c.Key] = l
 	}
-	turn := make(chan struct{})
-	l.turns = append(l.turns, turn)
-	linesMu.Unlock()
+	ch := make(chan struct{})
+	l.turns = append(l.turns, ch)
+	ls.mu.Unlock()
 
 	select {
-	case <-turn:
-		return k, nil
+	case <-ch:
+		return t, nil
 	case <-ctx.Done():
-		linesMu.Lock()
-		for i, t := range l.turns {
-			if t == turn {
+		ls.mu.Lock()
+		for i, other := range l.turns {
+			if other == ch {
 				l.turns = append(l.turns[:i], l.turns[i+1:]...)
-				linesMu.Unlock()
-				return queueKey{}, ctx.Err()
+				ls.mu.Unlock()
+				return turn{}, ctx.Err()
 			}
 		}
-		linesMu.Unlock()
+		ls.mu.Unlock()
 		// The turn was handed over as ctx ended: pass it on.
-		passTurn(k)
-		return queueKey{}, ctx.Err()
+		t.pass()
+		return turn{}, ctx.Err()
 	}
 }
 
-// passTurn hands the head of the line to the next waiter, or frees it.
-func passTurn(k queueKey) {
-	linesMu.Lock()
-	defer linesMu.Unlock()
-	l := lines[k]
+// pass hands the head of the line to the next waiter, or frees the line.
+func (t turn) pass() {
+	t.ls.mu.Lock()
+	defer t.ls.mu.Unlock()
+	l := t.ls.m[t.key]
 	if l != headOnly && len(l.turns) > 0 {
 		next := l.turns[0]
 		l.turns = l.turns[1:]
 		close(next)
 		return
 	}
-	delete(lines, k)
+	delete(t.ls.m, t.key)
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/dsync-dev/dsync/internal/testenv/faultproxy"
 	"github.com/dsync-dev/dsync/internal/testenv/redistest"
 	"github.com/dsync-dev/dsync/locker"
+	"github.com/dsync-dev/dsync/semaphore"
 )
 
 // Fault kinds a soak can inject (SoakConfig.Faults).
@@ -172,8 +173,11 @@ func Soak(ctx context.Context, c SoakConfig) (*Report, error) {
 	size := 1
 	if c.Prim == PrimSem {
 		size = c.Size
+		_, err = semaphore.New(b, c.Key, c.Size, &semaphore.Options{TTL: c.TTL})
+	} else {
+		_, err = locker.New(b, c.Key, &locker.Options{TTL: c.TTL})
 	}
-	if _, _, _, err := locker.Config(b, c.Key, size, &locker.Options{TTL: c.TTL}); err != nil {
+	if err != nil {
 		return nil, err
 	}
 	s := &soak{c: c, h: New(c.Spawn, c.Store), rng: rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())), links: map[*Worker][]*faultproxy.Proxy{}}

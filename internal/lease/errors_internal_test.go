@@ -1,0 +1,122 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/dsync-dev/dsync"
+	"github.com/dsync-dev/dsync/backends"
+	"github.com/dsync-dev/dsync/backends/memory"
+)
+
+// scriptedDriver is a memory driver whose calls can be replaced, and
+// counted.
+type scriptedDriver struct {
+	*memory.Driver
+	calls   atomic.Int32
+	acquire func(ctx context.Context, req backends.Request) (backends.Grant, error)
+	release func(ctx context.Context, key, token string) error
+}
+
+func (d *scriptedDriver) Acquire(ctx context.Context, req backends.Request) (backends.Grant, error) {
+	d.calls.Add(1)
+	if d.acquire != nil {
+		return d.acquire(ctx, req)
+	}
+	return d.Driver.Acquire(ctx, req)
+}
+
+func (d *scriptedDriver) Release(ctx context.Context, key, token string) error {
+	d.calls.Add(1)
+	if d.release != nil {
+		return d.release(ctx, key, token)
+	}
+	return d.Driver.Release(ctx, key, token)
+}
+
+func (d *scriptedDriver) WatchReleases(ctx context.Context, key string) (backends.Subscription, error) {
+	d.calls.Add(1)
+	return d.Driver.WatchReleases(ctx, key)
+}
+
+// TestDoneContextSendsNothing: an acquisition whose ctx is already done
+// returns at once, with no call to the driver (no attempt, no clean-up),
+// and an error matching both ErrNotAcquired and ctx's error.
+func TestDoneContextSendsNothing(t *testing.T) {
+	d := &scriptedDriver{Driver: memory.New(nil)}
+	c := testConfig(t, d, "k", nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for name, acquire := range map[string]func(context.Context) (*Lease, error){
+		"TryAcquire": c.TryAcquire,
+		"Acquire":    func(ctx context.Context) (*Lease, error) { return c.Acquire(ctx, nil) },
+	} {
+		if _, err := acquire(ctx); !errors.Is(err, dsync.ErrNotAcquired) || !errors.Is(err, context.Canceled) {
+			t.Errorf("%s on a done context: %v, want ErrNotAcquired and context.Canceled", name, err)
+		}
+	}
+	if n := d.calls.Load(); n != 0 {
+		t.Errorf("%d driver calls on a done context, want none", n)
+	}
+}
+
+// TestCleanUpBoundedByCallerDeadline: the release after an attempt whose
+// outcome is unknown runs on a fresh context when the caller's was
+// cancelled, and ends by the caller's deadline when that comes before the
+// release timeout.
+func TestCleanUpBoundedByCallerDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const deadline = 100 * time.Millisecond
+		ctx, cancel := context.WithTimeout(context.Background(), deadline)
+		defer cancel()
+		var releasedFor time.Duration
+		start := time.Now()
+		d := &scriptedDriver{
+			Driver: memory.New(nil),
+			acquire: func(context.Context, backends.Request) (backends.Grant, error) {
+				cancel() // the caller gives up while the reply is lost
+				return backends.Grant{}, errors.New("reply lost")
+			},
+			release: func(ctx context.Context, _, _ string) error {
+				if ctx.Err() != nil {
+					t.Error("clean-up release on a done context")
+				}
+				<-ctx.Done() // a server that never answers
+				releasedFor = time.Since(start)
+				return ctx.Err()
+			},
+		}
+		c := testConfig(t, d, "k", &Options{ReleaseTimeout: 10 * time.Second})
+		if _, err := c.TryAcquire(ctx); err == nil {
+			t.Fatal("TryAcquire succeeded on a lost reply")
+		}
+		if releasedFor != deadline {
+			t.Errorf("clean-up release gave up after %v, want the caller's deadline %v (release timeout 10s)", releasedFor, deadline)
+		}
+	})
+}
+
+// TestReleaseWithLostReplyMatchesSentinel: a Release whose reply never
+// comes returns an error matching a dsync sentinel (ErrNotHeld: the lease
+// has ended here) and the context's error.
+func TestReleaseWithLostReplyMatchesSentinel(t *testing.T) {
+	d := &scriptedDriver{Driver: memory.New(nil)}
+	c := testConfig(t, d, "k", nil)
+	ctx := context.Background()
+	l, err := c.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.release = func(context.Context, string, string) error { return context.DeadlineExceeded }
+	err = l.Release(ctx)
+	if !errors.Is(err, dsync.ErrNotHeld) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Release with a lost reply: %v, want ErrNotHeld and context.DeadlineExceeded", err)
+	}
+	if !errors.Is(l.Err(), dsync.ErrReleased) {
+		t.Fatalf("Err after Release = %v, want ErrReleased", l.Err())
+	}
+}

@@ -1,0 +1,128 @@
+package lease
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/dsync-dev/dsync"
+	"github.com/dsync-dev/dsync/backends"
+	"github.com/dsync-dev/dsync/retry"
+)
+
+// Defaults of Options, exported by the locker package.
+const (
+	DefaultTTL            = 10 * time.Second
+	DefaultDriftFactor    = 0.01
+	DefaultDriftMin       = 2 * time.Millisecond
+	DefaultMaxHold        = time.Hour
+	DefaultReleaseTimeout = 2 * time.Second
+)
+
+// Options has the shape of locker.Options, which documents each field and
+// its default; the public packages convert with lease.Options(*o).
+type Options struct {
+	TTL            time.Duration
+	Retry          retry.Policy
+	DriftFactor    float64
+	DriftMin       time.Duration
+	AttemptTimeout time.Duration
+	ReleaseTimeout time.Duration
+	Value          []byte
+	NoFencing      bool
+	AutoExtend     bool
+	ExtendInterval time.Duration
+	MaxExtensions  int
+	MaxHold        time.Duration
+}
+
+// Config is the validated, immutable configuration of the leases of one
+// primitive: one key of one backend, limit holders. New fills and checks
+// it; the rest of this package trusts it. Its Options have every default
+// filled in: Retry is set, and MaxHold is 0 for no bound.
+type Config struct {
+	Options
+	Backend *dsync.Backend
+	Driver  backends.Driver // Backend.Driver()
+	Key     string
+	Limit   int
+}
+
+// New checks opts (nil means defaults) for leases of limit holders on key
+// of b, against each other and against the backend's capabilities, with no
+// I/O, and returns the configuration with every default filled in. A bad
+// argument is an *dsync.InvalidError naming it; a limit above 1 on a
+// backend that offers locks only is dsync.ErrUnsupported.
+func New(b *dsync.Backend, key string, limit int, opts *Options) (*Config, error) {
+	if b == nil {
+		return nil, backends.Invalid("backend", "nil")
+	}
+	if key == "" {
+		return nil, backends.Invalid("key", "empty")
+	}
+	o := Options{}
+	if opts != nil {
+		o = *opts
+	}
+	d := b.Defaults()
+	caps := b.Driver().Capabilities()
+	if limit <= 0 {
+		return nil, backends.Invalid("size", "%d is not positive", limit)
+	}
+	if limit > max(caps.MaxLimit, 1) {
+		if caps.MaxLimit <= 1 {
+			return nil, fmt.Errorf("%w: the %s backend offers locks only (size %d asked)", backends.ErrUnsupported, caps.Name, limit)
+		}
+		return nil, backends.Invalid("size", "%d exceeds the %s backend's maximum of %d", limit, caps.Name, caps.MaxLimit)
+	}
+	o.TTL = orDefault(orDefault(o.TTL, d.TTL), DefaultTTL)
+	if err := b.Driver().CheckTTL(o.TTL); err != nil {
+		return nil, err
+	}
+	o.DriftFactor = max(orDefault(o.DriftFactor, DefaultDriftFactor), 0)
+	o.DriftMin = max(orDefault(o.DriftMin, DefaultDriftMin), 0)
+	o.AttemptTimeout = orDefault(o.AttemptTimeout, o.TTL/3)
+	o.ReleaseTimeout = orDefault(o.ReleaseTimeout, DefaultReleaseTimeout)
+	o.MaxHold = orDefault(o.MaxHold, DefaultMaxHold)
+	if len(o.Value) > backends.MaxValueSize {
+		return nil, backends.Invalid("value", "%d bytes exceeds the maximum of %d", len(o.Value), backends.MaxValueSize)
+	}
+	if o.MaxExtensions < 0 {
+		return nil, backends.Invalid("max extensions", "%d is negative", o.MaxExtensions)
+	}
+	if o.DriftFactor >= 1 {
+		return nil, backends.Invalid("drift factor", "%v is not below 1", o.DriftFactor)
+	}
+	c := &Config{Options: o, Backend: b, Driver: b.Driver(), Key: key, Limit: limit}
+	validity := o.TTL - c.Drift(o.TTL)
+	switch {
+	case validity <= 0:
+		return nil, backends.Invalid("ttl", "%v leaves no validity after the clock-drift allowance of %v", o.TTL, c.Drift(o.TTL))
+	case o.AttemptTimeout >= validity:
+		return nil, backends.Invalid("ttl", "%v is too small for the attempt timeout %v plus the drift allowance %v", o.TTL, o.AttemptTimeout, c.Drift(o.TTL))
+	case o.ExtendInterval < 0 || o.ExtendInterval >= validity:
+		return nil, backends.Invalid("extend interval", "%v must be positive and below the validity %v (ttl minus drift)", o.ExtendInterval, validity)
+	case o.MaxHold > 0 && o.MaxHold < o.TTL:
+		return nil, backends.Invalid("max hold", "%v is below the ttl %v", o.MaxHold, o.TTL)
+	}
+	c.MaxHold = max(c.MaxHold, 0)
+	if c.Retry == nil {
+		var err error
+		c.Retry, err = retry.NewExponential(&retry.ExponentialOptions{Min: d.RetryMin, Max: d.RetryMax})
+		if err != nil {
+			return nil, backends.Invalid("retry", "%v", err)
+		}
+	}
+	return c, nil
+}
+
+func orDefault[T int | float64 | time.Duration](v, def T) T {
+	if v == 0 {
+		return def
+	}
+	return v
+}
+
+// Drift is the allowance for clock drift subtracted from a validity.
+func (c *Config) Drift(ttl time.Duration) time.Duration {
+	return time.Duration(float64(ttl)*c.DriftFactor) + c.DriftMin
+}

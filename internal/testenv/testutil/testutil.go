@@ -1,0 +1,99 @@
+// Package testutil holds the small helpers that dsync's tests share. Every
+// helper takes the test first, marks itself a helper, and fails the test
+// with t.Fatalf on its own goroutine only: never call one from another
+// goroutine.
+package testutil
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/dsync-dev/dsync"
+	"github.com/dsync-dev/dsync/backends"
+)
+
+// Timeout bounds the context of Context.
+const Timeout = 60 * time.Second
+
+// Context returns a context that ends after Timeout or with the test.
+// Inside a testing/synctest bubble, call it inside the bubble.
+func Context(t testing.TB) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// Eventually polls cond every 5ms until it holds, and fails the test with
+// msg if timeout passes first.
+func Eventually(t testing.TB, timeout time.Duration, cond func() bool, msg string) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v", msg, timeout)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// UniqueKey returns a key that no other test, run or process uses: the
+// test's name and 48 random bits.
+func UniqueKey(t testing.TB) string {
+	t.Helper()
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return t.Name() + "/" + hex.EncodeToString(b[:])
+}
+
+// NewBackend wraps d in a backend closed at the end of the test.
+func NewBackend(t testing.TB, d backends.Driver) *dsync.Backend {
+	t.Helper()
+	b, err := dsync.NewBackend(d, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	return b
+}
+
+// MustAcquire makes one attempt on l (TryAcquire) and fails the test
+// unless it obtains the lease.
+func MustAcquire(t testing.TB, ctx context.Context, l dsync.Locker) dsync.Lease {
+	t.Helper()
+	ls, err := l.TryAcquire(ctx)
+	if err != nil {
+		t.Fatalf("TryAcquire: %v", err)
+	}
+	return ls
+}
+
+// MustPermit makes one attempt on s (TryAcquire) and fails the test unless
+// it obtains a permit.
+func MustPermit(t testing.TB, ctx context.Context, s dsync.Semaphore) dsync.Permit {
+	t.Helper()
+	p, err := s.TryAcquire(ctx)
+	if err != nil {
+		t.Fatalf("TryAcquire on the semaphore: %v", err)
+	}
+	return p
+}
+
+// WantNotAcquired makes one attempt on l and fails the test unless it is
+// refused with an error matching dsync.ErrNotAcquired (a lease obtained is
+// released first).
+func WantNotAcquired(t testing.TB, ctx context.Context, l dsync.Locker) {
+	t.Helper()
+	ls, err := l.TryAcquire(ctx)
+	if err == nil {
+		_ = ls.Release(ctx)
+		t.Fatal("TryAcquire succeeded on a held lock")
+	}
+	if !errors.Is(err, dsync.ErrNotAcquired) {
+		t.Fatalf("TryAcquire on a held lock: %v, want ErrNotAcquired", err)
+	}
+}

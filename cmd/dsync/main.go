@@ -3,11 +3,8 @@
 //
 //	dsync lock NAME [--url URL] [--try | --timeout D] [--ttl D] -- CMD [ARGS...]
 //	dsync sem NAME --size N [--url URL] [--try | --timeout D] [--ttl D] -- CMD [ARGS...]
-//	dsync demo [--url URL] [--workers N] [--rounds N]
 //	dsync elect NAME --id ID [--url URL] [--once] [--ttl D] -- CMD [ARGS...]
 //	dsync leader NAME [--url URL] [--watch]
-//	dsync bench [--url URL ...] [--slices N] [--slice D] [--json | --csv]
-//	dsync check [--url URL] [--duration D] [--primitive lock|sem|elect] [--faults F,...] [--workers N] [--report FILE]
 //	dsync url-help
 //
 // The backend comes from --url or the DSYNC_URL environment variable. Exit
@@ -62,11 +59,8 @@ func commands() []command {
 	return []command{
 		{"lock", "run a command while holding a lock: dsync lock NAME [flags] -- CMD [ARGS...]", runLock},
 		{"sem", "run a command while holding a semaphore permit: dsync sem NAME --size N [flags] -- CMD [ARGS...]", runSem},
-		{"demo", "contended locks on single Redis, Redlock and etcd servers it starts itself (or --url), with a timeline and checks", runDemo},
 		{"elect", "run a command only while leading an election: dsync elect NAME --id ID [flags] -- CMD [ARGS...]", runElect},
 		{"leader", "print the current leader of an election, or follow it with --watch: dsync leader NAME [--watch]", runLeader},
-		{"bench", "measure the backends side by side: uncontended latency, throughput, contended handoffs and fairness", runBench},
-		{"check", "soak a backend under faults with worker processes and check safety: dsync check [--url URL] [--faults ...]", runCheck},
 		{"url-help", "list the backend URL schemes and their options", runURLHelp},
 	}
 }

@@ -26,6 +26,7 @@ func acquire(ctx context.Context, a acquirer, try bool, timeout time.Duration, w
 	if try {
 		lease, err = a.TryAcquire(ctx)
 	} else {
+		r.event("waiting for the %s", what)
 		actx, cancel := ctx, context.CancelFunc(func() {})
 		if timeout > 0 {
 			actx, cancel = context.WithTimeout(ctx, timeout)

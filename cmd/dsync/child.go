@@ -121,19 +121,6 @@ func runUnder(hold ending, what string, env, argv []string, grace time.Duration,
 	}
 }
 
-// groupAlive reports whether a process of the group pgid is left.
-func groupAlive(pgid int) bool {
-	return syscall.Kill(-pgid, 0) == nil
-}
-
-// waitGroupGone waits, up to d, until the group pgid is empty (a process
-// SIGKILL ended may take a moment to be reaped by its parent).
-func waitGroupGone(pgid int, d time.Duration) {
-	for end := time.Now().Add(d); groupAlive(pgid) && time.Now().Before(end); {
-		time.Sleep(groupPoll)
-	}
-}
-
 // exitStatus maps CMD's end to dsync's exit status: its own status, or
 // 128+signal when a signal ended it, as shells do.
 func exitStatus(err error) int {

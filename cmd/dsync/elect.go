@@ -71,6 +71,7 @@ func runElect(ctx context.Context, args []string, io stdio) int {
 		if h.timeout > 0 {
 			cctx, cancel = context.WithTimeout(ctx, h.timeout)
 		}
+		r.event("campaigning in %q as %q", name, *id)
 		l, err := e.Campaign(cctx)
 		cancel()
 		if err != nil {

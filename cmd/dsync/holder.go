@@ -63,9 +63,9 @@ func runHolder(ctx context.Context, args []string, io stdio) int {
 	defer b.Close()
 	var info backends.HolderInfo
 	if *size == 1 {
-		l, err := locker.New(b, name, nil)
-		if err != nil {
-			fmt.Fprintf(io.err, "dsync holder: %s\n", oneLine(err))
+		l, lerr := locker.New(b, name, nil)
+		if lerr != nil {
+			fmt.Fprintf(io.err, "dsync holder: %s\n", oneLine(lerr))
 			return exitUsage
 		}
 		info, err = l.Holder(ctx)

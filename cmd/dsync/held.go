@@ -25,19 +25,19 @@ type holdFlags struct {
 }
 
 // define defines the flags; what names the hold ("lock", "permit",
-// "leadership").
-func (h *holdFlags) define(c *cmdFlags, what string, try bool) {
+// "leadership"); lease adds --try and --max-hold, which leadership has not.
+func (h *holdFlags) define(c *cmdFlags, what string, lease bool) {
 	c.url(&h.url)
 	c.ttl(&h.ttl, what)
-	if try {
+	if lease {
 		c.BoolVar(&h.try, "try", false, "make one attempt; exit 3 if it fails (a usage error together with --timeout)")
+		c.DurationVar(&h.maxHold, "max-hold", 0, "stop extending after this total hold time, after which the "+what+" is lost; 0 = the default (1h), negative = no bound")
+		c.fromEnv("max-hold", "DSYNC_MAX_HOLD")
 	}
 	c.DurationVar(&h.timeout, "timeout", 0, "give up waiting after this long and exit 4; 0 = wait until interrupted")
 	c.fromEnv("timeout", "DSYNC_TIMEOUT")
 	c.DurationVar(&h.grace, "grace", 10*time.Second, "when CMD must stop, time between SIGTERM to its process group and SIGKILL")
 	c.fromEnv("grace", "DSYNC_GRACE")
-	c.DurationVar(&h.maxHold, "max-hold", 0, "stop extending after this total hold time, after which the "+what+" is lost; 0 = the default (1h), negative = no bound")
-	c.fromEnv("max-hold", "DSYNC_MAX_HOLD")
 	c.BoolVar(&h.quiet, "q", false, "quiet: print none of dsync's own lines but usage and backend errors")
 	c.BoolVar(&h.verbose, "v", false, "verbose: report acquisition, each extension and release on stderr")
 }

@@ -15,7 +15,7 @@ import (
 	"github.com/dsync-dev/dsync/internal/torture"
 )
 
-// A dsync check worker is this program started again by dsync check, with
+// A check worker is this program started again by dsync-demo check, with
 // proc.Env set: it runs the worker and exits before main.
 func init() { proc.RunIfWorker() }
 
@@ -172,7 +172,7 @@ func writeReport(path string, reports []*torture.Report) error {
 	if err != nil {
 		return err
 	}
-	if err := torture.WriteHTML(f, "dsync check", reports...); err != nil {
+	if err := torture.WriteHTML(f, "dsync-demo check", reports...); err != nil {
 		_ = f.Close()
 		return err
 	}

@@ -162,13 +162,3 @@ func gone(pid int) bool {
 	i := strings.LastIndexByte(string(stat), ')')
 	return i > 0 && i+2 < len(stat) && stat[i+2] == 'Z'
 }
-
-// waitGone waits up to d for the process pid to end, and reports whether it did.
-func waitGone(pid int, d time.Duration) bool {
-	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
-		if gone(pid) {
-			return true
-		}
-	}
-	return gone(pid)
-}

@@ -8,7 +8,16 @@ import (
 
 // runVersion prints the module version and the VCS revision the binary was
 // built from, as debug.ReadBuildInfo reports them.
-func runVersion(_ context.Context, _ []string, io stdio) int {
+func runVersion(_ context.Context, args []string, io stdio) int {
+	c := newFlags("version", "usage: dsync version (or dsync --version)",
+		"Prints the module path and version, and the VCS revision, time and state the binary was built from.", "  0")
+	p, code, ok := c.parse(args, io)
+	if !ok {
+		return code
+	}
+	if len(p.pos) > 0 || p.hasCmd {
+		return c.usageError(io.err, "dsync version takes no arguments")
+	}
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
 		fmt.Fprintln(io.out, "dsync: no build information in this binary")

@@ -9,6 +9,7 @@
 // of the library. run.sh is the way to run it:
 //
 //	bench run [flags] -out FILE.json      measure, writing per-round samples
+//	bench run -url URL [-url URL...] -out FILE.json   measure dsync alone on your servers
 //	bench report -full F -pinned P -dir D  write D/latest.md, latest.json, contention.png
 //	bench compare -old F,... -new F,...    two builds' runs side by side (compare.sh)
 //
@@ -149,14 +150,23 @@ func runCmd(ctx context.Context, args []string) error {
 	mode := fs.String("mode", "2 cores", "label of the run's CPU placement, for the report")
 	commit := fs.String("commit", "", "the dsync commit measured, for the report")
 	out := fs.String("out", "", "file to write the samples to (JSON)")
+	var urls urlList
+	fs.Var(&urls, "url", "measure dsync alone on this backend `URL` (repeatable) instead of starting servers and peers; scenarios: "+strings.Join(urlScenarios, ", "))
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	cfg.Slice, cfg.ContSlice, cfg.Work = Duration(*slice), Duration(*contSlice), Duration(*work)
 	cfg.Scenarios = strings.Split(*scenarios, ",")
+	known := allScenarios
+	if len(urls) > 0 {
+		known = urlScenarios
+		if !explicit(fs, "scenarios") {
+			cfg.Scenarios = urlScenarios
+		}
+	}
 	for _, sc := range cfg.Scenarios {
-		if !contains(allScenarios, sc) {
-			return fmt.Errorf("unknown scenario %q (known: %s)", sc, strings.Join(allScenarios, ", "))
+		if !contains(known, sc) {
+			return fmt.Errorf("unknown scenario %q (known: %s; with -url: %s)", sc, strings.Join(allScenarios, ", "), strings.Join(urlScenarios, ", "))
 		}
 	}
 	if *out == "" || cfg.Rounds < 1 || *slice <= 0 || *contSlice <= 0 || cfg.Goroutines < 1 || cfg.Contenders < 2 || *work < 0 {
@@ -165,23 +175,35 @@ func runCmd(ctx context.Context, args []string) error {
 
 	res := &RunResult{Mode: *mode, Config: cfg, Errors: map[string]string{}}
 	res.Machine = machine(*commit)
-	srv, err := startServers(ctx)
-	if err != nil {
-		return err
+	var (
+		srv                       *servers
+		targets, semFree, semPool []*target
+	)
+	if len(urls) > 0 {
+		closeAll, err := urlTargets(ctx, urls, &targets)
+		defer closeAll()
+		if err != nil {
+			return err
+		}
+	} else {
+		var err error
+		if srv, err = startServers(ctx); err != nil {
+			return err
+		}
+		defer srv.close()
+		cl, err := newClients(srv)
+		if err != nil {
+			return err
+		}
+		defer cl.close()
+		bk, err := openBackends(ctx, srv)
+		if err != nil {
+			return err
+		}
+		defer bk.close()
+		targets = allTargets(srv, cl, bk)
+		semFree, semPool = semTargets(bk, semFreeSize), semTargets(bk, semPoolSize)
 	}
-	defer srv.close()
-	cl, err := newClients(srv)
-	if err != nil {
-		return err
-	}
-	defer cl.close()
-	bk, err := openBackends(ctx, srv)
-	if err != nil {
-		return err
-	}
-	defer bk.close()
-	targets := allTargets(srv, cl, bk)
-	semFree, semPool := semTargets(bk, semFreeSize), semTargets(bk, semPoolSize)
 	for _, t := range append(append(targets, semFree...), semPool...) {
 		defer t.close()
 	}

@@ -33,6 +33,16 @@ func TestEndToEnd(t *testing.T) {
 	}
 	srv := redistest.Start(t, nil)
 	client := srv.NewClient(t)
+	env := &e2e{bin: bin, url: srv.URL(), client: client}
+	t.Run("stop-group-on-loss", env.testStopGroupOnLoss)
+	t.Run("stop-group-on-signal", env.testStopGroupOnSignal)
+	t.Run("no-secrets", env.testNoSecrets)
+	t.Run("flag-order", env.testFlagOrder)
+	t.Run("hold-mode", env.testHoldMode)
+	t.Run("signal-while-waiting", env.testSignalWhileWaiting)
+	t.Run("holder", env.testHolder)
+	t.Run("leader-json", env.testLeaderJSON)
+	t.Run("version", env.testVersion)
 
 	t.Run("token", func(t *testing.T) {
 		r := runBinary(t, bin, srv.URL(), "lock", "e2e-token", "--", "sh", "-c", "echo key=$DSYNC_KEY token=$DSYNC_TOKEN")
@@ -148,10 +158,18 @@ type result struct {
 // runBinary runs dsync with args and DSYNC_URL=url, within a minute.
 func runBinary(t *testing.T, bin, url string, args ...string) result {
 	t.Helper()
+	return runWith(t, bin, []string{"DSYNC_URL=" + url}, args...)
+}
+
+// runWith runs dsync with args and env added to the test's environment,
+// within a minute, with stdin empty.
+func runWith(t *testing.T, bin string, env []string, args ...string) result {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Env = append(os.Environ(), "DSYNC_URL="+url)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.WaitDelay = 5 * time.Second
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
@@ -169,6 +187,7 @@ func startBinary(t *testing.T, bin, url string, args ...string) *exec.Cmd {
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), "DSYNC_URL="+url)
 	cmd.Stderr = new(strings.Builder)
+	cmd.WaitDelay = 5 * time.Second // a leftover of the command must not hang the test
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -51,7 +51,7 @@ func TestElectCampaignsAgainAfterTheCommandEnds(t *testing.T) {
 	var stderr strings.Builder
 	done := make(chan int, 1)
 	go func() {
-		done <- run(ctx, []string{"elect", "sched", "--id", "node-a", "--url", "memory://elect-again", "--", "sh", "-c", "echo term $DSYNC_TOKEN"}, stdout, &stderr)
+		done <- run(ctx, []string{"elect", "sched", "--id", "node-a", "--url", "memory://elect-again", "--", "sh", "-c", "echo term $DSYNC_TOKEN"}, strings.NewReader(""), stdout, &stderr)
 	}()
 	first, second := stdout.next(t), stdout.next(t)
 	cancel()
@@ -100,7 +100,7 @@ func TestLeaderPrintsAndWatches(t *testing.T) {
 	var stderr strings.Builder
 	done := make(chan int, 1)
 	go func() {
-		done <- run(ctx, []string{"leader", "sched", "--url", url, "--watch", "--interval", "10ms"}, stdout, &stderr)
+		done <- run(ctx, []string{"leader", "sched", "--url", url, "--watch", "--interval", "10ms"}, strings.NewReader(""), stdout, &stderr)
 	}()
 	if l := stdout.next(t); !strings.HasSuffix(l, "  no leader") {
 		t.Fatalf("watch: first line %q, want no leader", l)

@@ -1,90 +1,114 @@
-// Command dsync runs commands under distributed locks and demonstrates the
-// dsync backends.
+// Command dsync is the operator's tool: it runs a command while holding a
+// distributed lock, a semaphore permit or the leadership of an election,
+// holds a lock for a shell script, and shows who holds a lock or leads an
+// election. It links client code only; the demo and the embedded-server soak
+// are cmd/dsync-demo.
 //
-//	dsync lock NAME [--url URL] [--try | --timeout D] [--ttl D] -- CMD [ARGS...]
-//	dsync sem NAME --size N [--url URL] [--try | --timeout D] [--ttl D] -- CMD [ARGS...]
-//	dsync demo [--url URL] [--workers N] [--rounds N]
-//	dsync elect NAME --id ID [--url URL] [--once] [--ttl D] -- CMD [ARGS...]
-//	dsync leader NAME [--url URL] [--watch]
-//	dsync bench [--url URL ...] [--slices N] [--slice D] [--json | --csv]
-//	dsync check [--url URL] [--duration D] [--primitive lock|sem|elect] [--faults F,...] [--workers N] [--report FILE]
+//	dsync lock NAME [flags] [-- CMD [ARGS...]]
+//	dsync sem NAME --size N [flags] [-- CMD [ARGS...]]
+//	dsync elect NAME [--id ID] [flags] -- CMD [ARGS...]
+//	dsync leader NAME [--watch] [--json] [flags]
+//	dsync holder NAME [--size N] [--json] [flags]
 //	dsync url-help
+//	dsync --version
 //
-// The backend comes from --url or the DSYNC_URL environment variable. Exit
-// status 2 means bad usage, a malformed URL or an unreachable backend; the
-// message is one line naming the problem.
+// Flags go before or after NAME. The backend comes from --url or $DSYNC_URL,
+// whose value no help or error text ever shows. Help goes to stdout with
+// status 0; a usage error prints one line naming the problem, then the usage,
+// with status 2.
 package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/dsync-dev/dsync"
 	_ "github.com/dsync-dev/dsync/backends/etcd"
 	_ "github.com/dsync-dev/dsync/backends/memory"
 	_ "github.com/dsync-dev/dsync/backends/redis"
 	_ "github.com/dsync-dev/dsync/redlock"
 )
 
-// Exit statuses.
+// Exit statuses of dsync itself; a command run under a hold exits with its
+// own status, or 128+signal when a signal ended it, as shells report.
 const (
-	exitOK    = 0
-	exitFail  = 1 // the demo found a violation, or an operation failed
-	exitUsage = 2 // bad flags, URL or unreachable backend
+	exitOK          = 0
+	exitFail        = 1 // holder: the lock is free; leader: reading failed
+	exitUsage       = 2 // bad flags, URL or unreachable backend
+	exitNotAcquired = 3 // --try and the lock is held (every permit taken)
+	exitTimedOut    = 4 // --timeout passed before the hold was acquired
+	exitLost        = 5 // the hold was lost while held; CMD was stopped
+	exitNoLeader    = 3 // dsync leader: the election has no leader
+	exitNoCommand   = 127
 )
 
 func main() {
 	// go-redis logs every failed dial of a dead node on its own; dsync
-	// reports failures through errors, so the CLI keeps its output clean.
+	// reports failures through errors, so the tool keeps its output clean.
 	goredis.SetLogger(quietLogger{})
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	ctx, stop := signalContext(context.Background())
+	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
+}
+
+// stdio is where a subcommand reads and writes. out and err are safe for
+// concurrent use (see lockWriter).
+type stdio struct {
+	in       io.Reader
+	out, err io.Writer
 }
 
 type command struct {
 	name    string
 	summary string
-	run     func(ctx context.Context, args []string, stdout, stderr io.Writer) int
+	run     func(ctx context.Context, args []string, io stdio) int
 }
 
 func commands() []command {
 	return []command{
-		{"lock", "run a command while holding a lock: dsync lock NAME [flags] -- CMD [ARGS...]", runLock},
-		{"sem", "run a command while holding a semaphore permit: dsync sem NAME --size N [flags] -- CMD [ARGS...]", runSem},
-		{"demo", "contended locks on single Redis, Redlock and etcd servers it starts itself (or --url), with a timeline and checks", runDemo},
-		{"elect", "run a command only while leading an election: dsync elect NAME --id ID [flags] -- CMD [ARGS...]", runElect},
-		{"leader", "print the current leader of an election, or follow it with --watch: dsync leader NAME [--watch]", runLeader},
-		{"bench", "measure the backends side by side: uncontended latency, throughput, contended handoffs and fairness", runBench},
-		{"check", "soak a backend under faults with worker processes and check safety: dsync check [--url URL] [--faults ...]", runCheck},
+		{"lock", "run a command while holding a lock, or hold it until a signal or EOF on stdin", runLock},
+		{"sem", "the same with one of the N permits of a counting semaphore", runSem},
+		{"elect", "run a command only while leading an election, and campaign again after it", runElect},
+		{"leader", "print the current leader of an election, or follow it with --watch", runLeader},
+		{"holder", "print who holds a lock (or a semaphore's permits) and the TTL left", runHolder},
 		{"url-help", "list the backend URL schemes and their options", runURLHelp},
+		{"version", "print the module version and VCS revision (also --version)", runVersion},
 	}
 }
 
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		usage(stderr)
-		if len(args) == 0 {
-			return exitUsage
-		}
+// run runs the subcommand args[0] and returns the exit status.
+func run(ctx context.Context, args []string, in io.Reader, out, errw io.Writer) int {
+	std := stdio{in: in, out: lockWriter(out), err: lockWriter(errw)}
+	if len(args) == 0 {
+		fmt.Fprintln(std.err, "dsync: no command given")
+		usage(std.err)
+		return exitUsage
+	}
+	switch args[0] {
+	case "-h", "-help", "--help":
+		usage(std.out)
 		return exitOK
+	case "help":
+		if len(args) > 1 {
+			return run(ctx, []string{args[1], "--help"}, in, out, errw)
+		}
+		usage(std.out)
+		return exitOK
+	case "-version", "--version":
+		return runVersion(ctx, nil, std)
 	}
 	for _, c := range commands() {
 		if c.name == args[0] {
-			return c.run(ctx, args[1:], stdout, stderr)
+			return c.run(ctx, args[1:], std)
 		}
 	}
-	fmt.Fprintf(stderr, "dsync: unknown command %q (run dsync --help)\n", args[0])
+	fmt.Fprintf(std.err, "dsync: unknown command %q\n", args[0])
+	usage(std.err)
 	return exitUsage
 }
 
@@ -95,66 +119,13 @@ func usage(w io.Writer) {
 		fmt.Fprintf(w, "  %-9s %s\n", c.name, c.summary)
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "The backend comes from --url or $DSYNC_URL; see dsync url-help.")
+	fmt.Fprintln(w, "The backend comes from --url or $DSYNC_URL; see dsync url-help. dsync help COMMAND (or dsync COMMAND --help)")
+	fmt.Fprintln(w, "describes a command, its flags, environment variables and exit statuses.")
 }
 
-// flagSet returns a FlagSet that reports errors on stderr without exiting.
-func flagSet(name string, stderr io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet("dsync "+name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	return fs
-}
-
-// parseFlags parses args, mapping -h to status 0 and bad flags to exitUsage.
-func parseFlags(fs *flag.FlagSet, args []string) (int, bool) {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK, false
-		}
-		return exitUsage, false
-	}
-	return 0, true
-}
-
-// openBackend opens url, printing one redacted line on failure.
-func openBackend(ctx context.Context, url string, stderr io.Writer) (*dsync.Backend, int) {
-	b, err := dsync.Open(ctx, url)
-	if err != nil {
-		fmt.Fprintf(stderr, "dsync: %s\n", oneLine(err))
-		return nil, exitUsage
-	}
-	return b, exitOK
-}
-
+// oneLine is err's message without the "dsync: " prefix, on one line.
 func oneLine(err error) string {
 	return strings.Join(strings.Fields(strings.TrimPrefix(err.Error(), "dsync: ")), " ")
-}
-
-func runURLHelp(_ context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flagSet("url-help", stderr)
-	if code, ok := parseFlags(fs, args); !ok {
-		return code
-	}
-	fmt.Fprintln(stdout, "Backend URLs (--url or $DSYNC_URL):")
-	for _, s := range dsync.Schemes() {
-		fmt.Fprintf(stdout, "\n  %s://  %s\n      e.g. %s\n", s.Name, s.Summary, s.Example)
-		for _, o := range s.Options {
-			printOption(stdout, o)
-		}
-	}
-	fmt.Fprintln(stdout, "\n  Options every scheme accepts:")
-	for _, o := range dsync.CommonOptions {
-		printOption(stdout, o)
-	}
-	return exitOK
-}
-
-func printOption(w io.Writer, o dsync.OptionDoc) {
-	def := ""
-	if o.Default != "" {
-		def = " (default " + o.Default + ")"
-	}
-	fmt.Fprintf(w, "      %-16s %s%s\n", o.Name, o.Doc, def)
 }
 
 type quietLogger struct{}

@@ -69,7 +69,7 @@ func TestSemUsage(t *testing.T) {
 		{[]string{"sem", "jobs", "--url", "memory://x", "--", "true"}, "--size must be given"},
 		{[]string{"sem", "jobs", "--size", "-2", "--url", "memory://x", "--", "true"}, "--size must be given, and positive"},
 		{[]string{"sem", "jobs", "--size", "two", "--url", "memory://x", "--", "true"}, "invalid value"},
-		{[]string{"sem", "jobs", "--size", "2", "--url", "memory://x"}, "usage: dsync sem"},
+		{[]string{"sem", "jobs", "--size", "2", "--url", "memory://x", "--try", "--timeout", "1s"}, "usage: dsync sem"},
 	} {
 		code, _, errOut := runCLI(t, tc.args...)
 		if code != exitUsage || !strings.Contains(errOut, tc.want) {

@@ -11,7 +11,7 @@ import (
 	"github.com/dsync-dev/dsync/internal/testenv/redistest"
 )
 
-// embedded is the set of throw-away servers dsync demo and dsync bench
+// embedded is the set of throw-away servers dsync-demo and dsync-demo check
 // start when no --url is given.
 type embedded struct {
 	single  *redistest.Server   // nil when redis-server is not installed

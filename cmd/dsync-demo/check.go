@@ -15,13 +15,16 @@ import (
 	"github.com/dsync-dev/dsync/internal/torture"
 )
 
-// A dsync check worker is this program started again by dsync check, with
+// A check worker is this program started again by dsync-demo check, with
 // proc.Env set: it runs the worker and exits before main.
 func init() { proc.RunIfWorker() }
 
 func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flagSet("check", stderr)
-	url := fs.String("url", os.Getenv("DSYNC_URL"), "backend URL (default: start single Redis, Redlock and etcd servers and check each)")
+	fs := flagSet("dsync-demo check", stdout, stderr, "usage: dsync-demo check [flags]\n\n"+
+		"Soaks a backend with worker processes under faults and checks safety from the recorded history and a\n"+
+		"fenced store. Without --url it starts single Redis, Redlock (5 masters) and a 3-member etcd and checks each.\n"+
+		"Writes an HTML report; --json prints the summary as one JSON object on stdout (progress goes to stderr).")
+	urlOf := urlFlag(fs, "backend URL (default: start single Redis, Redlock and etcd servers and check each)")
 	backendList := fs.String("backend", "redis,redlock,etcd", "without --url: the embedded backends to check, in turn")
 	duration := fs.Duration("duration", 5*time.Minute, "length of the soak, per backend")
 	prim := fs.String("primitive", torture.PrimLock, "what the workers use: lock, sem or elect")
@@ -33,18 +36,24 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	key := fs.String("key", "", "lock, semaphore or election name (default: dsync-check/ and a random suffix)")
 	storeAddr := fs.String("store", "", "host:port of a Redis to use as the fenced store (default: start a redis-server)")
 	reportPath := fs.String("report", "dsync-check.html", "HTML report to write")
+	asJSON := fs.Bool("json", false, "print the summary as JSON on stdout; progress and reports go to stderr")
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
+	url := urlOf()
+	out := stdout // the text output; stderr when stdout carries the JSON summary
+	if *asJSON {
+		out = stderr
+	}
 	switch {
 	case *prim != torture.PrimLock && *prim != torture.PrimSem && *prim != torture.PrimElect:
-		fmt.Fprintf(stderr, "dsync check: --primitive %q: want lock, sem or elect\n", *prim)
+		fmt.Fprintf(stderr, "dsync-demo check: --primitive %q: want lock, sem or elect\n", *prim)
 		return exitUsage
 	case *workers < 1 || *size < 1:
-		fmt.Fprintln(stderr, "dsync check: --workers and --size must be at least 1")
+		fmt.Fprintln(stderr, "dsync-demo check: --workers and --size must be at least 1")
 		return exitUsage
 	case *duration <= 0 || *ttl <= 0:
-		fmt.Fprintln(stderr, "dsync check: --duration and --ttl must be positive")
+		fmt.Fprintln(stderr, "dsync-demo check: --duration and --ttl must be positive")
 		return exitUsage
 	}
 	if *key == "" {
@@ -52,34 +61,34 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	exe, err := os.Executable()
 	if err != nil {
-		fmt.Fprintf(stderr, "dsync check: %s\n", oneLine(err))
+		fmt.Fprintf(stderr, "dsync-demo check: %s\n", oneLine(err))
 		return exitFail
 	}
 
 	var targets []torture.Target
-	if *url != "" {
-		b, code := openBackend(ctx, *url, stderr)
+	if url != "" {
+		b, code := openBackend(ctx, url, stderr)
 		if code != exitOK {
 			return code
 		}
-		name := dsync.RedactURL(*url)
+		name := dsync.RedactURL(url)
 		b.Close()
-		targets = []torture.Target{{Name: name, URL: *url}}
+		targets = []torture.Target{{Name: name, URL: url}}
 	} else {
 		names := strings.Split(*backendList, ",")
 		for _, n := range names {
 			if !slices.Contains([]string{"redis", "redlock", "etcd"}, n) {
-				fmt.Fprintf(stderr, "dsync check: --backend %q: want redis, redlock or etcd\n", n)
+				fmt.Fprintf(stderr, "dsync-demo check: --backend %q: want redis, redlock or etcd\n", n)
 				return exitUsage
 			}
 		}
-		e, cleanup, code := startEmbedded(ctx, stdout, stderr)
+		e, cleanup, code := startEmbedded(ctx, out, stderr)
 		defer cleanup()
 		if code != exitOK {
 			return code
 		}
 		if e.single == nil {
-			fmt.Fprintln(stderr, "dsync check: the embedded backends need redis-server (sudo apt-get install -y redis-server), or give --url")
+			fmt.Fprintln(stderr, "dsync-demo check: the embedded backends need redis-server (sudo apt-get install -y redis-server), or give --url")
 			return exitUsage
 		}
 		for _, n := range names {
@@ -96,7 +105,7 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	faults := make([][]string, len(targets))
 	for i, t := range targets {
 		if faults[i], err = torture.ParseFaults(t, *faultList); err != nil {
-			fmt.Fprintf(stderr, "dsync check: --faults: %s (%s)\n", oneLine(err), t.Name)
+			fmt.Fprintf(stderr, "dsync-demo check: --faults: %s (%s)\n", oneLine(err), t.Name)
 			return exitUsage
 		}
 	}
@@ -105,7 +114,7 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if addr == "" {
 		s, err := redistest.StartServer(ctx, nil)
 		if err != nil {
-			fmt.Fprintf(stderr, "dsync check: starting a redis-server for the fenced store (or give --store host:port): %s\n", oneLine(err))
+			fmt.Fprintf(stderr, "dsync-demo check: starting a redis-server for the fenced store (or give --store host:port): %s\n", oneLine(err))
 			return exitFail
 		}
 		defer s.Close()
@@ -113,7 +122,7 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	store := torture.OpenStore(addr)
 	defer store.Close()
-	fmt.Fprintf(stdout, "fenced store: redis at %s\n", addr)
+	fmt.Fprintf(out, "fenced store: redis at %s\n", addr)
 
 	spawn := func(role, url string, args map[string]string) (*proc.Worker, error) {
 		return proc.Spawn(exe, role, url, args)
@@ -122,19 +131,19 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	var reports []*torture.Report
 	status := exitOK
 	for i, t := range targets {
-		fmt.Fprintf(stdout, "\n== %s: %s, %d workers, ttl %v, %v; faults: %s ==\n", t.Name, *prim, *workers, *ttl, *duration, orNone(faults[i]))
+		fmt.Fprintf(out, "\n== %s: %s, %d workers, ttl %v, %v; faults: %s ==\n", t.Name, *prim, *workers, *ttl, *duration, orNone(faults[i]))
 		rep, err := torture.Soak(ctx, torture.SoakConfig{
 			Target: t, Spawn: spawn, Store: store, StoreAddr: addr,
 			Prim: *prim, Key: fmt.Sprintf("%s/%d", *key, i), Workers: *workers, Size: *size, TTL: *ttl,
 			Duration: *duration, Faults: faults[i], Every: every,
-			Progress: func(s torture.Summary) { fmt.Fprintln(stdout, s) },
+			Progress: func(s torture.Summary) { fmt.Fprintln(out, s) },
 		})
 		if err != nil {
-			fmt.Fprintf(stderr, "dsync check: %s: %s\n", t.Name, oneLine(err))
+			fmt.Fprintf(stderr, "dsync-demo check: %s: %s\n", t.Name, oneLine(err))
 			return exitFail
 		}
 		rep.Title = fmt.Sprintf("%s: %s, %d workers, ttl %v", t.Name, *prim, *workers, *ttl)
-		rep.WriteText(stdout)
+		rep.WriteText(out)
 		reports = append(reports, rep)
 		if !rep.OK() {
 			status = exitFail
@@ -144,14 +153,17 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		}
 	}
 	if err := writeReport(*reportPath, reports); err != nil {
-		fmt.Fprintf(stderr, "dsync check: writing the report: %s\n", oneLine(err))
+		fmt.Fprintf(stderr, "dsync-demo check: writing the report: %s\n", oneLine(err))
 		return exitFail
 	}
 	verdict := "every check passed"
 	if status != exitOK {
 		verdict = "VIOLATIONS found"
 	}
-	fmt.Fprintf(stdout, "\n%s; report: %s\n", verdict, *reportPath)
+	fmt.Fprintf(out, "\n%s; report: %s\n", verdict, *reportPath)
+	if *asJSON {
+		writeSummaryJSON(stdout, reports, *reportPath)
+	}
 	return status
 }
 
@@ -160,7 +172,7 @@ func writeReport(path string, reports []*torture.Report) error {
 	if err != nil {
 		return err
 	}
-	if err := torture.WriteHTML(f, "dsync check", reports...); err != nil {
+	if err := torture.WriteHTML(f, "dsync-demo check", reports...); err != nil {
 		_ = f.Close()
 		return err
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
 	"slices"
 	"sort"
 	"sync"
@@ -41,8 +40,12 @@ type stage struct {
 }
 
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flagSet("demo", stderr)
-	url := fs.String("url", os.Getenv("DSYNC_URL"), "backend URL (default: start redis-servers, else use memory://demo)")
+	fs := flagSet("dsync-demo", stdout, stderr, "usage: dsync-demo [flags]\n       dsync-demo check [flags]   (the soak; see dsync-demo check --help)\n\n"+
+		"Runs contending workers on locks, a semaphore and an election, on each backend, and checks\n"+
+		"mutual exclusion, fencing, the semaphore's bound and one leader at a time. Without --url it starts\n"+
+		"single Redis, Redlock (5 masters) and a 3-member etcd itself (the memory backend stands in for Redis\n"+
+		"when redis-server is missing), and kills servers along the way.")
+	urlOf := urlFlag(fs, "backend URL (default: start the servers here)")
 	var cfg demoConfig
 	fs.IntVar(&cfg.workers, "workers", 4, "number of contending workers")
 	fs.IntVar(&cfg.round, "rounds", 5, "acquisitions per worker")
@@ -52,14 +55,15 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
+	url := urlOf()
 	if cfg.workers < 1 || cfg.round < 1 || cfg.work < 0 || cfg.size < 1 {
-		fmt.Fprintln(stderr, "dsync demo: --workers, --rounds and --size must be at least 1, --work not negative")
+		fmt.Fprintln(stderr, "dsync-demo: --workers, --rounds and --size must be at least 1, --work not negative")
 		return exitUsage
 	}
 
 	var stages []stage
-	if *url != "" {
-		stages = []stage{{title: dsync.RedactURL(*url), url: *url}}
+	if url != "" {
+		stages = []stage{{title: dsync.RedactURL(url), url: url}}
 	} else {
 		var cleanup func()
 		var code int
@@ -83,7 +87,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if st.prepare != nil {
 			if err := st.prepare(ctx, b); err != nil {
 				b.Close()
-				fmt.Fprintf(stderr, "dsync demo: %s\n", oneLine(err))
+				fmt.Fprintf(stderr, "dsync-demo: %s\n", oneLine(err))
 				return exitFail
 			}
 		}
@@ -91,7 +95,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		stageRows, err := demoStage(ctx, b, st.url, st.title, cfg, stdout)
 		b.Close()
 		if err != nil {
-			fmt.Fprintf(stderr, "dsync demo: %s: %s\n", st.title, oneLine(err))
+			fmt.Fprintf(stderr, "dsync-demo: %s: %s\n", st.title, oneLine(err))
 			return exitFail
 		}
 		for _, row := range stageRows {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -9,7 +10,7 @@ import (
 	"github.com/dsync-dev/dsync/internal/testenv/redistest"
 )
 
-// TestCheckEmbedded runs dsync check briefly on the single Redis it
+// TestCheckEmbedded runs dsync-demo check briefly on the single Redis it
 // starts, with workers that are this test binary started again (the
 // init hook of check.go makes them workers), and reads its report.
 func TestCheckEmbedded(t *testing.T) {
@@ -22,7 +23,7 @@ func TestCheckEmbedded(t *testing.T) {
 		"--faults", "pause-client,kill-client", "--report", report)
 	if code != exitOK || !strings.Contains(out, "every check passed") || !strings.Contains(out, "holds ") ||
 		!strings.Contains(out, "ok   exclusion") || !strings.Contains(out, "stopped the servers") {
-		t.Fatalf("dsync check exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+		t.Fatalf("dsync-demo check exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
 	}
 	page, err := os.ReadFile(report)
 	if err != nil {
@@ -36,15 +37,20 @@ func TestCheckEmbedded(t *testing.T) {
 	t.Logf("stdout:\n%s", out)
 }
 
-// TestCheckOnURL runs dsync check on a user's server (--url), where only
-// client faults apply, with a semaphore.
+// TestCheckOnURL runs dsync-demo check on a user's server (--url), where
+// only client faults apply, with a semaphore, and reads its JSON summary.
 func TestCheckOnURL(t *testing.T) {
 	s := redistest.Start(t, nil)
 	report := filepath.Join(t.TempDir(), "check.html")
 	code, out, errOut := runCLI(t, "check", "--url", s.URL(), "--primitive", "sem", "--size", "2", "--duration", "4s",
-		"--ttl", "1s", "--workers", "3", "--report", report)
-	if code != exitOK || !strings.Contains(out, "every check passed") || !strings.Contains(out, "limit 2") {
-		t.Fatalf("dsync check exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+		"--ttl", "1s", "--workers", "3", "--report", report, "--json")
+	var sum checkSummary
+	if err := json.Unmarshal([]byte(out), &sum); err != nil {
+		t.Fatalf("stdout is not the JSON summary: %v\nstdout:\n%s\nstderr:\n%s", err, out, errOut)
+	}
+	if code != exitOK || !sum.OK || sum.Report != report || len(sum.Targets) != 1 || sum.Targets[0].Holds == 0 ||
+		len(sum.Targets[0].Checks) == 0 || !strings.Contains(errOut, "every check passed") || !strings.Contains(errOut, "limit 2") {
+		t.Fatalf("dsync-demo check exit %d, summary %+v\nstderr:\n%s", code, sum, errOut)
 	}
 }
 

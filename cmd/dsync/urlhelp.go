@@ -1,0 +1,40 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"github.com/dsync-dev/dsync"
+)
+
+func runURLHelp(_ context.Context, args []string, std stdio) int {
+	c := newFlags("url-help", "usage: dsync url-help", "Lists the backend URL schemes (for --url or $DSYNC_URL) and their query options.", "  0")
+	p, code, ok := c.parse(args, std)
+	if !ok {
+		return code
+	}
+	if len(p.pos) > 0 || p.hasCmd {
+		return c.usageError(std.err, "dsync url-help takes no arguments")
+	}
+	fmt.Fprintln(std.out, "Backend URLs (--url or $DSYNC_URL):")
+	for _, s := range dsync.Schemes() {
+		fmt.Fprintf(std.out, "\n  %s://  %s\n      e.g. %s\n", s.Name, s.Summary, s.Example)
+		for _, o := range s.Options {
+			printOption(std.out, o)
+		}
+	}
+	fmt.Fprintln(std.out, "\n  Options every scheme accepts:")
+	for _, o := range dsync.CommonOptions {
+		printOption(std.out, o)
+	}
+	return exitOK
+}
+
+func printOption(w io.Writer, o dsync.OptionDoc) {
+	def := ""
+	if o.Default != "" {
+		def = " (default " + o.Default + ")"
+	}
+	fmt.Fprintf(w, "      %-16s %s%s\n", o.Name, o.Doc, def)
+}

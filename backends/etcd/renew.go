@@ -52,13 +52,6 @@ func (r *renewer) init(client *clientv3.Client) {
 	r.open = make(chan struct{}, 1)
 }
 
-// renew renews lease id once, and returns the server's answer, or
-// rpctypes.ErrLeaseNotFound when the lease is gone, or the stream's or
-// ctx's error (the renewal may then have been applied or not).
-func (r *renewer) renew(ctx context.Context, id clientv3.LeaseID) (*pb.LeaseKeepAliveResponse, error) {
-	return r.send(ctx, id)(ctx)
-}
-
 // send sends a renewal of lease id and returns a function that waits for
 // its answer within a context, so that the caller can do other work
 // meanwhile.

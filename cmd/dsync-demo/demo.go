@@ -140,7 +140,12 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var reports []*backendReport
 	for _, st := range stages {
 		fmt.Fprintf(stdout, "\n== %s ==\n", st.heading)
-		r, err := runStage(ctx, st, cfg, s)
+		b, code := openBackend(ctx, st.url, stderr)
+		if code != exitOK {
+			return code
+		}
+		r, err := runStage(ctx, b, st, cfg, s)
+		b.Close()
 		if err != nil {
 			fmt.Fprintf(stderr, "dsync-demo: %s: %s\n", st.name, oneLine(err))
 			return exitFail
@@ -167,14 +172,9 @@ func defaultStages(e *embedded) []stage {
 	}
 }
 
-// runStage tells one backend's story. An error means an operation failed
+// runStage tells one backend's story on b, opened from st.url. An error means an operation failed
 // outright (a violation is a failed check instead).
-func runStage(ctx context.Context, st stage, cfg demoConfig, s *story) (*backendReport, error) {
-	b, err := dsync.Open(ctx, st.url)
-	if err != nil {
-		return nil, err
-	}
-	defer b.Close()
+func runStage(ctx context.Context, b *dsync.Backend, st stage, cfg demoConfig, s *story) (*backendReport, error) {
 	r := &backendReport{name: st.name, s: s}
 	s.event("backend: %s", b)
 	if st.prepare != nil {

@@ -62,7 +62,7 @@ func staleWrite(ctx context.Context, b *dsync.Backend, url, key string, s *story
 	t1 := w1.Token()
 	defer func() { _ = w1.Release(context.WithoutCancel(ctx)) }() // ErrNotHeld by then: nothing to undo
 	first := store.write(t1)
-	s.event("w1  acquired, token %d; its write is accepted (%v); then it pauses, renewing nothing", t1, first)
+	s.event("w1  acquired, token %d; its write accepted: %v; then it pauses, renewing nothing", t1, first == nil)
 	paused := time.Now()
 	actx, cancel := context.WithTimeout(ctx, 10*staleTTL)
 	w2, err := l2.Acquire(actx)
@@ -94,11 +94,15 @@ func staleWrite(ctx context.Context, b *dsync.Backend, url, key string, s *story
 	}
 }
 
-// burst makes n attempts to acquire and release l, one at a time.
+// burst acquires and releases l n times, one at a time, each Acquire
+// retrying for at most 5 s (a loaded machine may slow a node past its
+// per-node timeout now and then).
 func burst(ctx context.Context, l *locker.Locker, n int) (granted int, took time.Duration) {
 	start := time.Now()
 	for range n {
-		lease, err := l.TryAcquire(ctx)
+		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		lease, err := l.Acquire(actx)
+		cancel()
 		if err != nil {
 			continue
 		}

@@ -25,10 +25,6 @@ func runCLI(t *testing.T, args ...string) (int, string, string) {
 	return code, stdout.String(), stderr.String()
 }
 
-// storyLine matches a line of the story: the time since the start, then
-// the text.
-var storyLine = regexp.MustCompile(`^ *\d+\.\ds  `)
-
 // staleLine is the refused stale write, with both tokens.
 var staleLine = regexp.MustCompile(`late write is refused, token (\d+) < (\d+)`)
 

@@ -82,7 +82,8 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 				return exitUsage
 			}
 		}
-		e, cleanup, code := startEmbedded(ctx, out, stderr)
+		_, noRedis := lookupRedis()
+		e, cleanup, code := startEmbedded(ctx, out, stderr, noRedis == nil)
 		defer cleanup()
 		if code != exitOK {
 			return code

@@ -4,24 +4,23 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"slices"
-	"sort"
+	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/dsync-dev/dsync"
-	"github.com/dsync-dev/dsync/leader"
 	"github.com/dsync-dev/dsync/locker"
 	"github.com/dsync-dev/dsync/redlock"
 	"github.com/dsync-dev/dsync/semaphore"
 )
 
-// demoTTL is the lease TTL of every demo stage; the Redlock stages use a
-// max_ttl just above it so that the fresh masters' quarantine is short.
+// demoTTL is the lease TTL of the contention and the election; the Redlock
+// URL's max_ttl is just above it so that a restarted master's quarantine
+// is short. staleTTL is the TTL the paused holder outlives.
 const (
 	demoTTL    = 2 * time.Second
 	demoMaxTTL = 3 * time.Second
+	staleTTL   = time.Second
 )
 
 type demoConfig struct {
@@ -31,27 +30,82 @@ type demoConfig struct {
 	size           int // permits of the semaphore part
 }
 
-// stage is one backend the demo runs the contention on.
+// stage is one backend the story runs on.
 type stage struct {
-	title string
-	url   string
+	name    string // in the summary: "Redlock"
+	heading string // "Redlock: 5 masters, quorum 3, max_ttl 3s"
+	url     string
 	// prepare runs after the backend is open, before the workers start.
-	prepare func(ctx context.Context, b *dsync.Backend) error
+	prepare func(ctx context.Context, b *dsync.Backend, s *story) error
+	// faults runs last, and may break the backend's servers.
+	faults func(ctx context.Context, b *dsync.Backend, s *story, r *backendReport)
+}
+
+// story prints the demo: one line per step, prefixed by the time since the
+// demo started, and with -v every acquire and release as an event.
+type story struct {
+	out     io.Writer
+	start   time.Time
+	verbose bool
+	mu      sync.Mutex // serializes the output
+}
+
+func (s *story) since() time.Duration { return time.Since(s.start) }
+
+func (s *story) say(format string, args ...any) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	fmt.Fprintf(s.out, "%6.1fs  "+format+"\n", append([]any{s.since().Seconds()}, args...)...)
+}
+
+func (s *story) event(format string, args ...any) {
+	if !s.verbose {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	fmt.Fprintf(s.out, "%8.3fs      "+format+"\n", append([]any{s.since().Seconds()}, args...)...)
+}
+
+// backendReport is one backend's line of the summary, and its checks.
+type backendReport struct {
+	name               string
+	checks, passed     int
+	acquisitions       int
+	longestWait        time.Duration
+	handover, failover time.Duration
+	stale              string   // what became of the stale write
+	faults             []string // one short phrase per fault
+	s                  *story
+}
+
+// check counts one check, and says why when it failed.
+func (r *backendReport) check(name string, ok bool, detail string) {
+	r.checks++
+	if ok {
+		r.passed++
+		return
+	}
+	r.s.say("FAILED: %s: %s", name, detail)
 }
 
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flagSet("dsync-demo", stdout, stderr, "usage: dsync-demo [flags]\n       dsync-demo check [flags]   (the soak; see dsync-demo check --help)\n\n"+
-		"Runs contending workers on locks, a semaphore and an election, on each backend, and checks\n"+
-		"mutual exclusion, fencing, the semaphore's bound and one leader at a time. Without --url it starts\n"+
-		"single Redis, Redlock (5 masters) and a 3-member etcd itself (the memory backend stands in for Redis\n"+
-		"when redis-server is missing), and kills servers along the way.")
+		"Tells, in about a screen, what dsync does on each backend: workers contending for a lock and a semaphore,\n"+
+		"an election with a hand-over and a failover, a paused holder whose late write its fencing token refuses,\n"+
+		"and faults: Redlock masters killed and restarted (the restart quarantine), the etcd leader killed, Redis\n"+
+		"restarted empty. Without --url it starts single Redis, Redlock (5 masters) and a 3-member etcd itself,\n"+
+		"installing redis-server with apt-get first when it is missing and this runs as root (--no-install skips\n"+
+		"that; the memory backend then stands in for Redis). -v shows every acquisition and release.")
 	urlOf := urlFlag(fs, "backend URL (default: start the servers here)")
 	var cfg demoConfig
 	fs.IntVar(&cfg.workers, "workers", 4, "number of contending workers")
 	fs.IntVar(&cfg.round, "rounds", 5, "acquisitions per worker")
 	fs.DurationVar(&cfg.work, "work", 40*time.Millisecond, "time spent holding the lock each round")
 	fs.StringVar(&cfg.key, "key", "demo/report", "lock name (the semaphore is NAME-pool)")
-	fs.IntVar(&cfg.size, "size", 2, "permits of the semaphore the workers share in the second part")
+	fs.IntVar(&cfg.size, "size", 2, "permits of the semaphore the workers share")
+	verbose := fs.Bool("v", false, "print every acquisition, release and term")
+	noInstall := fs.Bool("no-install", false, "never install redis-server, even as root with apt-get")
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
@@ -60,479 +114,197 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "dsync-demo: --workers, --rounds and --size must be at least 1, --work not negative")
 		return exitUsage
 	}
+	s := &story{out: stdout, start: time.Now(), verbose: *verbose}
 
-	var stages []stage
+	var (
+		stages  []stage
+		skipped string // why Redlock and single Redis do not appear
+	)
 	if url != "" {
-		stages = []stage{{title: dsync.RedactURL(url), url: url}}
+		scheme, _, _ := strings.Cut(url, ":")
+		stages = []stage{{name: scheme, heading: dsync.RedactURL(url), url: url}}
 	} else {
-		var cleanup func()
-		var code int
-		stages, cleanup, code = defaultStages(ctx, stdout, stderr)
-		if cleanup != nil {
-			defer cleanup()
+		fmt.Fprintln(stdout, "dsync-demo: locks, semaphores and leader election on single Redis, Redlock and etcd, under faults, on servers started here")
+		skipped = ensureRedis(ctx, stdout, *noInstall)
+		if skipped != "" {
+			fmt.Fprintln(stdout, skipped+"; memory stands in for Redis")
 		}
+		e, cleanup, code := startEmbedded(ctx, stdout, stderr, skipped == "")
+		defer cleanup()
 		if code != exitOK {
 			return code
 		}
+		stages = defaultStages(e)
 	}
 
-	var rows []summaryRow
-	status := exitOK
+	var reports []*backendReport
 	for _, st := range stages {
-		fmt.Fprintf(stdout, "\n== %s ==\n", st.title)
+		fmt.Fprintf(stdout, "\n== %s ==\n", st.heading)
 		b, code := openBackend(ctx, st.url, stderr)
 		if code != exitOK {
 			return code
 		}
-		if st.prepare != nil {
-			if err := st.prepare(ctx, b); err != nil {
-				b.Close()
-				fmt.Fprintf(stderr, "dsync-demo: %s\n", oneLine(err))
-				return exitFail
-			}
-		}
-		fmt.Fprintf(stdout, "backend: %s\n", b)
-		stageRows, err := demoStage(ctx, b, st.url, st.title, cfg, stdout)
+		r, err := runStage(ctx, b, st, cfg, s)
 		b.Close()
 		if err != nil {
-			fmt.Fprintf(stderr, "dsync-demo: %s: %s\n", st.title, oneLine(err))
+			fmt.Fprintf(stderr, "dsync-demo: %s: %s\n", st.name, oneLine(err))
 			return exitFail
 		}
-		for _, row := range stageRows {
-			rows = append(rows, row)
-			if !row.ok() {
-				status = exitFail
-			}
-		}
+		reports = append(reports, r)
 	}
-	printSummary(stdout, rows)
-	return status
+	if ok := printSummary(stdout, reports, skipped, s.since()); !ok {
+		return exitFail
+	}
+	return exitOK
 }
 
-// defaultStages starts throw-away servers (see startEmbedded) and returns
-// the demo's stages on them; cleanup stops whatever was started.
-func defaultStages(ctx context.Context, stdout, stderr io.Writer) ([]stage, func(), int) {
-	e, cleanup, code := startEmbedded(ctx, stdout, stderr)
-	if code != exitOK {
-		return nil, cleanup, code
-	}
-	cluster := e.cluster
-	etcdStages := []stage{
-		{title: "etcd, 3 members", url: cluster.URL()},
-		{title: "etcd, leader killed", url: cluster.URL(), prepare: func(ctx context.Context, b *dsync.Backend) error {
-			i, err := cluster.Leader(ctx)
-			if err != nil {
-				return err
-			}
-			cluster.Kill(i)
-			fmt.Fprintf(stdout, "killed the etcd leader, member %d on %s; the other two elect a new one\n", i, cluster.Endpoint(i))
-			return nil
-		}},
-	}
+// defaultStages returns the story's stages on the servers started here.
+func defaultStages(e *embedded) []stage {
+	etcd := stage{name: "etcd", heading: "etcd: 3 members (raft); the fence is the key's create revision", url: e.cluster.URL(), faults: etcdFaults(e.cluster)}
 	if e.single == nil {
-		return append([]stage{{title: "memory (in-process)", url: "memory://demo"}}, etcdStages...), cleanup, exitOK
+		return []stage{{name: "memory", heading: "memory (in-process, standing in for Redis)", url: "memory://demo"}, etcd}
 	}
-	return append([]stage{
-		{title: "single Redis", url: e.single.URL()},
-		{title: "Redlock, 5 masters", url: e.redlockURL(), prepare: waitQuarantine(stdout)},
-		{title: "Redlock, 2 of 5 masters killed", url: e.redlockURL(), prepare: func(ctx context.Context, b *dsync.Backend) error {
-			for _, s := range e.masters[3:] {
-				if err := s.Kill(); err != nil {
-					return err
-				}
-				fmt.Fprintf(stdout, "killed the master on %s (SIGKILL)\n", s.Addr())
-			}
-			return nil
-		}},
-	}, etcdStages...), cleanup, exitOK
-}
-
-// waitQuarantine waits out the restart quarantine of freshly started
-// Redlock masters, saying why.
-func waitQuarantine(out io.Writer) func(ctx context.Context, b *dsync.Backend) error {
-	return func(ctx context.Context, b *dsync.Backend) error {
-		d, ok := b.Driver().(*redlock.Driver)
-		if !ok {
-			return nil
-		}
-		if d.QuarantineCheck(time.Now()) == nil {
-			return nil
-		}
-		fmt.Fprintf(out, "the masters are younger than max_ttl (%v): a master that restarted may have lost the locks it held,\nso Redlock does not count its vote until max_ttl has passed since it started. Waiting...\n", demoMaxTTL)
-		start := time.Now()
-		for d.QuarantineCheck(time.Now()) != nil {
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(50 * time.Millisecond):
-			}
-		}
-		fmt.Fprintf(out, "quarantine over after %v\n", time.Since(start).Round(10*time.Millisecond))
-		return nil
+	return []stage{
+		{name: "single Redis", heading: "single Redis: one redis-server, no persistence", url: e.single.URL(), faults: redisFaults(e.single)},
+		{name: "Redlock", heading: fmt.Sprintf("Redlock: 5 independent masters, quorum 3, max_ttl %v", demoMaxTTL), url: e.redlockURL(),
+			prepare: waitQuarantine, faults: redlockFaults(e.masters)},
+		etcd,
 	}
 }
 
-type hold struct {
-	worker             int
-	token              uint64
-	acquired, released time.Duration // since the demo's start, on the monotonic clock
-	waited             time.Duration
-}
+// runStage tells one backend's story on b, opened from st.url. An error means an operation failed
+// outright (a violation is a failed check instead).
+func runStage(ctx context.Context, b *dsync.Backend, st stage, cfg demoConfig, s *story) (*backendReport, error) {
+	r := &backendReport{name: st.name, s: s}
+	s.event("backend: %s", b)
+	if st.prepare != nil {
+		if err := st.prepare(ctx, b, s); err != nil {
+			return nil, err
+		}
+	}
 
-type demoResult struct {
-	holds      []hold
-	maxInside  int32
-	violations []string
-}
-
-// demoStage runs the parts of the demo on one backend: workers contending
-// for a lock, then for the permits of a semaphore, then candidates of an
-// election.
-func demoStage(ctx context.Context, b *dsync.Backend, url, title string, cfg demoConfig, out io.Writer) ([]summaryRow, error) {
-	var rows []summaryRow
 	l, err := locker.New(b, cfg.key, &locker.Options{TTL: demoTTL})
 	if err != nil {
 		return nil, err
 	}
-	fmt.Fprintf(out, "\n-- lock: %d workers contend for the lock %q, %d rounds each, holding it %v per round (ttl %v)\n\n",
-		cfg.workers, cfg.key, cfg.round, cfg.work, demoTTL)
-	res, err := contend(ctx, l, "lock", cfg, out)
+	res, err := contend(ctx, l, "lock", cfg, s)
 	if err != nil {
 		return nil, err
 	}
-	rows = append(rows, res.check(title+" / lock", cfg.workers, 1))
-	rows[len(rows)-1].print(out)
+	row := res.check(cfg.workers, 1)
+	r.acquisitions += row.acquisitions
+	r.longestWait = max(r.longestWait, row.maxWait)
+	s.say("lock: %d workers, %d acquisitions, %s, %s, longest wait %v", cfg.workers, row.acquisitions,
+		plural(row.overlaps, "overlap", "no overlap"), tokensPhrase(row.badTokens), row.maxWait.Round(time.Millisecond))
+	r.check("lock: one holder at a time", row.overlaps == 0, strings.Join(row.violations, "; "))
+	r.check("lock: tokens increasing", row.badTokens == 0, fmt.Sprintf("%d tokens did not grow", row.badTokens))
 
 	pool := cfg.key + "-pool"
-	s, err := semaphore.New(b, pool, cfg.size, &semaphore.Options{TTL: demoTTL})
+	sem, err := semaphore.New(b, pool, cfg.size, &semaphore.Options{TTL: demoTTL})
 	if err != nil {
 		return nil, err
 	}
-	fmt.Fprintf(out, "\n-- semaphore: %d workers share the %d permits of %q, %d rounds each, holding one %v per round\n\n",
-		cfg.workers, cfg.size, pool, cfg.round, cfg.work)
-	res, err = contend(ctx, semAcquirer{s}, "permit", cfg, out)
+	res, err = contend(ctx, semAcquirer{sem}, "permit", cfg, s)
 	if err != nil {
 		return nil, err
 	}
-	rows = append(rows, res.check(fmt.Sprintf("%s / semaphore(%d)", title, cfg.size), cfg.workers, cfg.size))
-	rows[len(rows)-1].print(out)
+	row = res.check(cfg.workers, cfg.size)
+	r.acquisitions += row.acquisitions
+	r.longestWait = max(r.longestWait, row.maxWait)
+	s.say("semaphore of %d permits: %d workers, %d acquisitions, at most %d holders at once, longest wait %v",
+		cfg.size, cfg.workers, row.acquisitions, row.maxInside, row.maxWait.Round(time.Millisecond))
+	r.check("semaphore: bound kept", row.ok(), strings.Join(row.violations, "; "))
 
-	row, err := elections(ctx, url, title+" / election", cfg, out)
+	row, err = elections(ctx, st.url, cfg, s)
 	if err != nil {
 		return nil, err
 	}
-	row.print(out)
-	return append(rows, row), nil
+	r.handover, r.failover = row.handover, row.failover
+	s.say("election: 3 candidates, %d terms, one leader at a time; hand-over %v, failover %v after a crash (ttl %v)",
+		row.acquisitions, roundDur(row.handover), roundDur(row.failover), demoTTL)
+	r.check("election: one leader per term, terms increasing", row.ok(), strings.Join(row.violations, "; "))
+
+	staleWrite(ctx, b, st.url, cfg.key+"-stale", s, r)
+
+	if st.faults != nil {
+		st.faults(ctx, b, s, r)
+	}
+	return r, nil
 }
 
-// contend runs the workers and records every hold on one clock.
-func contend(ctx context.Context, l acquirer, what string, cfg demoConfig, out io.Writer) (*demoResult, error) {
-	var (
-		start    = time.Now()
-		inside   atomic.Int32
-		mu       sync.Mutex // protects res and the output
-		res      = &demoResult{}
-		wg       sync.WaitGroup
-		firstErr error
-	)
-	since := func() time.Duration { return time.Since(start) }
-	logf := func(format string, args ...any) {
-		fmt.Fprintf(out, "  %+8.3fs  "+format+"\n", append([]any{since().Seconds()}, args...)...)
+// waitQuarantine waits out the restart quarantine of freshly started
+// Redlock masters (usually over by the time the story reaches Redlock).
+func waitQuarantine(ctx context.Context, b *dsync.Backend, s *story) error {
+	d, ok := b.Driver().(*redlock.Driver)
+	if !ok || d.QuarantineCheck(time.Now()) == nil {
+		return nil
 	}
-	for w := 1; w <= cfg.workers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for range cfg.round {
-				asked := since()
-				lease, err := l.Acquire(ctx)
-				if err != nil {
-					mu.Lock()
-					if firstErr == nil {
-						firstErr = err
-					}
-					mu.Unlock()
-					return
-				}
-				h := hold{worker: w, token: lease.Token(), acquired: since()}
-				h.waited = h.acquired - asked
-				n := inside.Add(1)
-				mu.Lock()
-				res.maxInside = max(res.maxInside, n)
-				logf("worker-%d  acquired %s  token %-4d (waited %v, %d held)", w, what, h.token, h.waited.Round(time.Millisecond), n)
-				mu.Unlock()
-
-				select {
-				case <-time.After(cfg.work):
-				case <-lease.Done():
-				}
-
-				inside.Add(-1)
-				h.released = since()
-				lost := lease.Err()
-				mu.Lock()
-				logf("worker-%d  releases", w)
-				mu.Unlock()
-				relErr := lease.Release(context.WithoutCancel(ctx))
-				mu.Lock()
-				res.holds = append(res.holds, h)
-				switch {
-				case lost != nil:
-					res.violations = append(res.violations, fmt.Sprintf("worker-%d lost its lease: %v", w, lost))
-				case relErr != nil:
-					res.violations = append(res.violations, fmt.Sprintf("worker-%d release: %v", w, relErr))
-				}
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
-	if firstErr != nil {
-		return nil, firstErr
-	}
-	return res, nil
-}
-
-// summaryRow is the outcome of one part of a stage.
-type summaryRow struct {
-	title               string
-	capacity            int // holders allowed at once: 1 for a lock
-	acquisitions        int
-	maxInside           int
-	overlaps, badTokens int
-	maxWait             time.Duration
-	perWorker           []int
-	violations          []string
-	election            bool
-	handover, failover  time.Duration // elections: longest resign handover; takeover after the leader died
-}
-
-func (r summaryRow) ok() bool {
-	return len(r.violations) == 0 && r.maxInside <= r.capacity
-}
-
-// check replays the holds on the one clock they were recorded with: more
-// than capacity at once is a violation, and so, for a lock, is a fencing
-// token that failed to grow from one holder to the next.
-func (r *demoResult) check(title string, workers, capacity int) summaryRow {
-	holds := append([]hold(nil), r.holds...)
-	sort.Slice(holds, func(i, j int) bool { return holds[i].acquired < holds[j].acquired })
-	row := summaryRow{title: title, capacity: capacity, acquisitions: len(holds), maxInside: int(r.maxInside),
-		violations: r.violations, perWorker: make([]int, workers)}
-	var held []hold // holds live at the current acquisition, on the demo's clock
-	for i, h := range holds {
-		held = slices.DeleteFunc(held, func(o hold) bool { return o.released <= h.acquired })
-		held = append(held, h)
-		if len(held) > capacity {
-			row.overlaps++
-			row.violations = append(row.violations, fmt.Sprintf("worker-%d acquired at %v while %d others held (capacity %d)",
-				h.worker, h.acquired, len(held)-1, capacity))
-		}
-		if capacity == 1 && i > 0 && h.token != 0 && h.token <= holds[i-1].token {
-			row.badTokens++
-			row.violations = append(row.violations, fmt.Sprintf("fencing token %d granted after %d", h.token, holds[i-1].token))
-		}
-		row.maxInside = max(row.maxInside, len(held))
-	}
-	for _, h := range holds {
-		row.perWorker[h.worker-1]++
-		row.maxWait = max(row.maxWait, h.waited)
-	}
-	return row
-}
-
-func (r summaryRow) print(out io.Writer) {
-	fmt.Fprintln(out)
-	if r.election {
-		fmt.Fprintf(out, "terms:                     %d\n", r.acquisitions)
-		fmt.Fprintf(out, "leaders at once:           %d (at most 1)\n", r.maxInside)
-		fmt.Fprintf(out, "terms increasing:          %v\n", r.badTokens == 0)
-		fmt.Fprintf(out, "handover on resign:        %v (longest)\n", r.handover.Round(10*time.Microsecond))
-		fmt.Fprintf(out, "failover after a crash:    %v (ttl %v)\n", r.failover.Round(time.Millisecond), demoTTL)
-		if r.ok() {
-			fmt.Fprintln(out, "OK: one leader at a time, and every term above the last")
-			return
-		}
-		fmt.Fprintln(out, "\nVIOLATIONS:")
-		for _, v := range r.violations {
-			fmt.Fprintln(out, "  "+v)
-		}
-		return
-	}
-	fmt.Fprintf(out, "acquisitions:              %d\n", r.acquisitions)
-	fmt.Fprintf(out, "max concurrent holders:    %d (at most %d)\n", r.maxInside, r.capacity)
-	fmt.Fprintf(out, "overlapping holds:         %d (must be 0)\n", r.overlaps)
-	if r.capacity == 1 {
-		fmt.Fprintf(out, "fencing tokens increasing: %v\n", r.badTokens == 0)
-	}
-	fmt.Fprintf(out, "longest wait:              %v\n", r.maxWait.Round(time.Millisecond))
-	fmt.Fprintf(out, "acquisitions per worker:   %v\n", r.perWorker)
-	switch {
-	case !r.ok():
-		fmt.Fprintln(out, "\nVIOLATIONS:")
-		for _, v := range r.violations {
-			fmt.Fprintln(out, "  "+v)
-		}
-	case r.capacity == 1:
-		fmt.Fprintln(out, "OK: mutual exclusion held and fencing tokens grew with every hold")
-	default:
-		fmt.Fprintf(out, "OK: never more than %d holders at once\n", r.capacity)
-	}
-}
-
-func printSummary(out io.Writer, rows []summaryRow) {
-	if len(rows) < 2 {
-		return
-	}
-	fmt.Fprintf(out, "\n== summary ==\n%-44s %12s %12s %9s %13s %10s %s\n", "backend / primitive", "acquisitions", "max holders", "overlaps", "longest wait", "failover", "result")
-	for _, r := range rows {
-		result := "OK"
-		if !r.ok() {
-			result = "VIOLATION"
-		}
-		wait, failover := r.maxWait.Round(time.Millisecond).String(), ""
-		if r.election {
-			wait, failover = "", r.failover.Round(time.Millisecond).String()
-		}
-		fmt.Fprintf(out, "%-44s %12d %9d/%-2d %9d %13s %10s %s\n", r.title, r.acquisitions, r.maxInside, r.capacity, r.overlaps, wait, failover, result)
-	}
-}
-
-// elections runs three candidates, each on a backend of its own opened from
-// url: the leader leads for a moment and resigns, twice (the handover),
-// then "crashes": its backend is closed, so it neither renews nor resigns,
-// and the others take over once its lease runs out (the failover).
-func elections(ctx context.Context, url, title string, cfg demoConfig, out io.Writer) (summaryRow, error) {
-	const candidates, resigns = 3, 2
-	name := cfg.key + "-leader"
-	fmt.Fprintf(out, "\n-- election: %d candidates for %q; the leader resigns %d times, then crashes (ttl %v)\n\n", candidates, name, resigns, demoTTL)
-	type term struct {
-		candidate int
-		resign    chan<- struct{} // closing it makes the leader's fn return: leader.Run then resigns
-		at        time.Duration
-	}
-	var (
-		start    = time.Now()
-		since    = func() time.Duration { return time.Since(start) }
-		mu       sync.Mutex // protects leading, lastTerm, row and the output
-		leading  int        // the candidate that believes it leads, 0 for none
-		lastTerm uint64
-		row      = summaryRow{title: title, capacity: 1, election: true}
-		terms    = make(chan term)
-		runCtx   context.Context
-		cancel   context.CancelFunc
-		wg       sync.WaitGroup
-		backends []*dsync.Backend
-	)
-	runCtx, cancel = context.WithCancel(ctx)
-	defer func() {
-		cancel()
-		wg.Wait()
-		for _, b := range backends {
-			_ = b.Close()
-		}
-	}()
-	// result stops the candidates before it reads row, which their fn
-	// still writes while they run.
-	result := func() summaryRow {
-		cancel()
-		wg.Wait()
-		mu.Lock()
-		defer mu.Unlock()
-		return row
-	}
-	logf := func(format string, args ...any) {
-		fmt.Fprintf(out, "  %+8.3fs  "+format+"\n", append([]any{since().Seconds()}, args...)...)
-	}
-	for c := 1; c <= candidates; c++ {
-		b, err := dsync.Open(ctx, url)
-		if err != nil {
-			return result(), err
-		}
-		backends = append(backends, b)
-		e, err := leader.New(b, name, fmt.Sprintf("candidate-%d", c), &leader.Options{TTL: demoTTL})
-		if err != nil {
-			return result(), err
-		}
-		wg.Go(func() {
-			// Run campaigns, calls fn while leading, resigns when fn
-			// returns, waits a retry period and campaigns again; it ends
-			// when runCtx does, or when this candidate's backend is
-			// closed (the crash).
-			_ = leader.Run(runCtx, e, func(ctx context.Context, tm uint64) error {
-				mu.Lock()
-				row.acquisitions++
-				if leading != 0 {
-					row.overlaps++
-					row.violations = append(row.violations, fmt.Sprintf("candidate-%d leads while candidate-%d believes it does", c, leading))
-				}
-				if tm != 0 && tm <= lastTerm {
-					row.badTokens++
-					row.violations = append(row.violations, fmt.Sprintf("term %d began after term %d", tm, lastTerm))
-				}
-				leading, lastTerm = c, max(lastTerm, tm)
-				row.maxInside = max(row.maxInside, 1+row.overlaps)
-				logf("candidate-%d  leads, term %d", c, tm)
-				mu.Unlock()
-				resign := make(chan struct{})
-				select {
-				case terms <- term{candidate: c, resign: resign, at: since()}:
-				case <-ctx.Done():
-				}
-				select {
-				case <-resign:
-				case <-ctx.Done(): // leadership lost, or the demo is over
-				}
-				mu.Lock()
-				if leading == c {
-					leading = 0
-				}
-				mu.Unlock()
-				return nil
-			}, nil)
-		})
-	}
-	next := func() (term, error) {
+	start := time.Now()
+	for d.QuarantineCheck(time.Now()) != nil {
 		select {
-		case t := <-terms:
-			return t, nil
-		case <-time.After(10 * demoTTL):
-			return term{}, fmt.Errorf("no leader within %v", 10*demoTTL)
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
 		}
 	}
-	t, err := next()
-	if err != nil {
-		return result(), err
+	s.say("the masters started less than max_ttl (%v) ago, so none voted yet: waited %v", demoMaxTTL, roundDur(time.Since(start)))
+	return nil
+}
+
+// printSummary prints the table of the backends and reports whether every
+// check passed.
+func printSummary(out io.Writer, reports []*backendReport, skipped string, took time.Duration) bool {
+	fmt.Fprintf(out, "\n== summary ==\n%-13s %-7s %6s %8s %9s %9s  %-8s %s\n",
+		"backend", "checks", "grants", "max wait", "hand-over", "failover", "stale", "faults")
+	checks, passed := 0, 0
+	for _, r := range reports {
+		checks, passed = checks+r.checks, passed+r.passed
+		faults := strings.Join(r.faults, "; ")
+		if faults == "" {
+			faults = "-"
+		}
+		fmt.Fprintf(out, "%-13s %-7s %6d %8v %9v %9v  %-8s %s\n", r.name, fmt.Sprintf("%d/%d", r.passed, r.checks),
+			r.acquisitions, r.longestWait.Round(time.Millisecond), roundDur(r.handover), roundDur(r.failover), r.stale, faults)
 	}
-	for i := 0; ; i++ {
-		time.Sleep(cfg.work) // the leader's work
-		ended := since()
-		mu.Lock()
-		if i < resigns {
-			logf("candidate-%d  resigns", t.candidate)
-		} else {
-			logf("candidate-%d  crashes: no more renewals, no resignation", t.candidate)
-		}
-		mu.Unlock()
-		if i < resigns {
-			close(t.resign)
-		} else {
-			_ = backends[t.candidate-1].Close()
-		}
-		if t, err = next(); err != nil {
-			return result(), err
-		}
-		mu.Lock()
-		if i < resigns {
-			row.handover = max(row.handover, t.at-ended)
-		} else {
-			row.failover = t.at - ended
-		}
-		mu.Unlock()
-		if i < resigns {
-			continue
-		}
-		close(t.resign)
-		return result(), nil
+	if skipped != "" {
+		fmt.Fprintln(out, skipped)
 	}
+	if passed == checks {
+		fmt.Fprintf(out, "all %d checks passed in %v\n", checks, took.Round(100*time.Millisecond))
+		return true
+	}
+	fmt.Fprintf(out, "FAILED: %d of %d checks (see FAILED above), in %v\n", checks-passed, checks, took.Round(100*time.Millisecond))
+	return false
+}
+
+func plural(n int, one, none string) string {
+	switch n {
+	case 0:
+		return none
+	case 1:
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %ss", n, one)
+}
+
+func tokensPhrase(bad int) string {
+	if bad == 0 {
+		return "tokens increasing"
+	}
+	return fmt.Sprintf("%d tokens NOT increasing", bad)
+}
+
+// roundDur keeps two or three significant digits.
+func roundDur(d time.Duration) time.Duration {
+	switch {
+	case d >= 10*time.Second:
+		return d.Round(100 * time.Millisecond)
+	case d >= time.Second:
+		return d.Round(10 * time.Millisecond)
+	case d >= 10*time.Millisecond:
+		return d.Round(time.Millisecond)
+	case d >= time.Millisecond:
+		return d.Round(100 * time.Microsecond)
+	}
+	return d.Round(10 * time.Microsecond)
 }

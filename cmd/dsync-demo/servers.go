@@ -6,6 +6,7 @@ import (
 	"io"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/dsync-dev/dsync/internal/testenv/etcdtest"
 	"github.com/dsync-dev/dsync/internal/testenv/redistest"
@@ -14,25 +15,25 @@ import (
 // embedded is the set of throw-away servers dsync-demo and dsync-demo check
 // start when no --url is given.
 type embedded struct {
-	single  *redistest.Server   // nil when redis-server is not installed
+	single  *redistest.Server   // nil without redis-server
 	masters []*redistest.Server // five Redlock masters; nil likewise
 	cluster *etcdtest.Cluster   // three members, in this process
 }
 
 // startEmbedded starts a 3-member etcd cluster in this process and, when
-// redis-server is installed, one redis-server for the single Redis backend
-// and five for Redlock, saying what it started. cleanup stops whatever was
+// withRedis, one redis-server for the single Redis backend and five for
+// Redlock, saying what it started in one line. cleanup stops whatever was
 // started and removes its data; it is non-nil even on failure.
-func startEmbedded(ctx context.Context, stdout, stderr io.Writer) (*embedded, func(), int) {
+func startEmbedded(ctx context.Context, stdout, stderr io.Writer, withRedis bool) (*embedded, func(), int) {
 	var (
 		servers []*redistest.Server
 		errs    []error
 		e       = &embedded{}
 		etcdErr error
 		wg      sync.WaitGroup
+		start   = time.Now()
 	)
-	_, noRedis := redistest.Lookup()
-	if noRedis == nil {
+	if withRedis {
 		servers, errs = make([]*redistest.Server, 6), make([]error, 6)
 		for i := range servers {
 			wg.Go(func() { servers[i], errs[i] = redistest.StartServer(ctx, nil) })
@@ -49,7 +50,7 @@ func startEmbedded(ctx context.Context, stdout, stderr io.Writer) (*embedded, fu
 		if e.cluster != nil {
 			_ = e.cluster.Close()
 		}
-		fmt.Fprintln(stdout, "\nstopped the servers started here and removed their data")
+		fmt.Fprintln(stdout, "stopped the servers started here and removed their data")
 	}
 	for _, err := range append(errs, etcdErr) {
 		if err != nil {
@@ -57,14 +58,13 @@ func startEmbedded(ctx context.Context, stdout, stderr io.Writer) (*embedded, fu
 			return nil, cleanup, exitFail
 		}
 	}
-	fmt.Fprintf(stdout, "started an embedded 3-member etcd cluster on %s\n", strings.Join(e.cluster.Endpoints(), ", "))
-	if noRedis != nil {
-		fmt.Fprintf(stdout, "redis-server is not installed, so the memory backend stands in for Redis\n(install it with: sudo apt-get install -y redis-server)\n")
+	took := time.Since(start).Round(100 * time.Millisecond)
+	if !withRedis {
+		fmt.Fprintf(stdout, "started a 3-member etcd cluster on loopback in %v\n", took)
 		return e, cleanup, exitOK
 	}
 	e.single, e.masters = servers[0], servers[1:]
-	fmt.Fprintf(stdout, "started 6 redis-server processes: %s for single Redis, %s for Redlock\n",
-		e.single.Addr(), strings.Join(e.masterAddrs(), ", "))
+	fmt.Fprintf(stdout, "started 6 redis-server processes (1 single Redis, 5 Redlock masters) and a 3-member etcd cluster on loopback in %v\n", took)
 	return e, cleanup, exitOK
 }
 
@@ -77,7 +77,7 @@ func (e *embedded) masterAddrs() []string {
 }
 
 // redlockURL is the URL of the five masters, with a max_ttl just above the
-// demo's TTL so that the fresh masters' quarantine is short.
+// demo's TTL so that a restarted master's quarantine is short.
 func (e *embedded) redlockURL() string {
 	return fmt.Sprintf("redlock://%s/?max_ttl=%v", strings.Join(e.masterAddrs(), ","), demoMaxTTL)
 }

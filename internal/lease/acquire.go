@@ -32,7 +32,7 @@ func Attempt(ctx context.Context, cfg *Config, key string) (*Lease, error) {
 	}
 	expires := start.Add(g.TTL - cfg.Drift(g.TTL))
 	if !time.Now().Before(expires) {
-		_ = release(ctx, cfg, cmp.Or(g.Key, key), token)
+		_ = release(ctx, cfg, key, token)
 		return nil, fmt.Errorf("%w: %q: the attempt took longer than the lease's validity (ttl %v)", dsync.ErrNotAcquired, key, g.TTL)
 	}
 	return newLease(cfg, key, token, g, start, expires), nil

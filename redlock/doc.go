@@ -17,9 +17,9 @@
 // context ends, and the requests still out finish in the background within
 // the per-node timeout. Nothing is logged unless Options.Logger is set.
 //
-// What is left behind: a failed attempt is withdrawn from every node that
-// may hold it, and a reply that lands after the attempt was decided is
-// withdrawn when it arrives; holds on a node cut off expire after their
+// What is left behind: a failed lock attempt is withdrawn from every node
+// (a semaphore's slot from every node that may hold it), and a hold whose
+// reply lands after the attempt was decided is withdrawn when it arrives; holds on a node cut off expire after their
 // TTL. Fence counters stay on the nodes. Close awaits every goroutine.
 //
 // The algorithm, the key layout and the safety arguments are in

@@ -79,7 +79,7 @@ func (d *Driver) attempt(ctx context.Context, t redisnode.Target, req backends.R
 		var err error
 		if fence, err = d.fence(ctx, r, req.Key, nt); err != nil {
 			d.decide(r, false)
-			d.withdrawRound(r, nt)
+			d.withdrawRound(r, nt, true)
 			return backends.Grant{}, final, fmt.Errorf("%w: %w: %w", backends.ErrNotAcquired, ErrNoQuorum, err)
 		}
 	}
@@ -91,7 +91,10 @@ func (d *Driver) attempt(ctx context.Context, t redisnode.Target, req backends.R
 		}
 		return r.grant(fence, req.TTL), 0, nil
 	}
-	d.withdrawRound(r, nt)
+	// A lock is withdrawn from every node, to the letter of the
+	// specification; a semaphore's slot only where it may be held, so that
+	// a taken slot costs one round trip, not two.
+	d.withdrawRound(r, nt, t.Slots == 0)
 	if holders := d.limitQuorum(r.refused); holders > 0 {
 		return backends.Grant{}, final, backends.LimitMismatch(req.Key, max(req.Limit, 1), holders)
 	}
@@ -245,12 +248,13 @@ func (d *Driver) decide(r *round, ok bool) {
 	d.mu.Unlock()
 }
 
-// withdrawRound undoes a decided, failed round on the nodes that may hold
-// its key (they granted it, or their outcome is unknown), in parallel, and
-// waits for them: a node that refused outright answered that it holds
-// nothing of this token, so a refused round costs no second round trip.
-// Nodes still in flight withdraw when their reply lands (see landed).
-func (d *Driver) withdrawRound(r *round, nt time.Duration) {
+// withdrawRound undoes a decided, failed round, in parallel, and waits for
+// the nodes: on every node when all is set (the specification's step 5,
+// even the nodes it believes it could not lock), else on the nodes that
+// may hold it (they granted it, or their outcome is unknown: a node that
+// refused outright answered that it holds nothing of this token). Nodes
+// still in flight withdraw when their reply lands (see landed).
+func (d *Driver) withdrawRound(r *round, nt time.Duration, all bool) {
 	seen := r.seen
 	// The votes that landed between collect and decide wait in the channel.
 	for more := true; more; {
@@ -267,13 +271,16 @@ func (d *Driver) withdrawRound(r *round, nt time.Duration) {
 			mayHold |= 1 << v.node.index
 		}
 	}
-	holding := func(n *node, _ time.Time) error {
-		if mayHold&(1<<n.index) == 0 {
-			return errNothingHeld
+	sel := everyNode
+	if !all {
+		sel = func(n *node, _ time.Time) error {
+			if mayHold&(1<<n.index) == 0 {
+				return errNothingHeld
+			}
+			return nil
 		}
-		return nil
 	}
-	d.fanOut(d.ctx, nt, holding, func(ctx context.Context, n *node) error {
+	d.fanOut(d.ctx, nt, sel, func(ctx context.Context, n *node) error {
 		return n.node.Release(ctx, r.ref.t, r.ref.token, false)
 	})
 }

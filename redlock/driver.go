@@ -278,13 +278,11 @@ func (d *Driver) spawn(f func()) bool {
 	return true
 }
 
-// nodeCtx bounds one node request: it carries ctx's values but not its
-// cancellation (a fan-out returns when ctx ends, and its requests finish
-// in the background), and ends after timeout or at Close.
-func (d *Driver) nodeCtx(ctx context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
-	stop := context.AfterFunc(d.ctx, cancel)
-	return ctx, func() { stop(); cancel() }
+// nodeCtx bounds one node request by timeout and by Close, not by the
+// caller's context: a fan-out returns when that ends, and its requests
+// finish in the background.
+func (d *Driver) nodeCtx(timeout time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(d.ctx, timeout)
 }
 
 // Close stops the node requests still in flight, awaits every goroutine,

@@ -54,7 +54,7 @@ func fanOutValues[T any](d *Driver, ctx context.Context, nt time.Duration, sel s
 			continue
 		}
 		started := d.spawn(func() {
-			nctx, cancel := d.nodeCtx(ctx, nt)
+			nctx, cancel := d.nodeCtx(nt)
 			v, err := op(nctx, n)
 			cancel()
 			results <- nodeResult[T]{i, v, err}

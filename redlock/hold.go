@@ -49,7 +49,7 @@ func (d *Driver) Release(ctx context.Context, key, token string) error {
 			}
 			// The release gets a per-node timeout of its own after the wait.
 			var cancel context.CancelFunc
-			ctx, cancel = d.nodeCtx(ctx, nt)
+			ctx, cancel = d.nodeCtx(nt)
 			defer cancel()
 		}
 		return n.node.Release(ctx, t, token, true)

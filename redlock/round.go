@@ -154,7 +154,7 @@ func (d *Driver) round(ctx context.Context, ref holdRef, req backends.Request, n
 		started := d.spawn(func() {
 			// A reply later than the TTL is moot: the key has expired
 			// by then.
-			nctx, cancel := d.nodeCtx(ctx, req.TTL)
+			nctx, cancel := d.nodeCtx(req.TTL)
 			fence, err := n.node.Acquire(nctx, ref.t, h)
 			cancel()
 			v := vote{node: n, fence: fence, err: err, applied: err == nil, mayHold: err == nil || !refusedOutright(err)}
@@ -290,7 +290,7 @@ var errNothingHeld = errors.New("nothing to withdraw")
 
 // withdraw undoes ref on one node, silently, within timeout.
 func (d *Driver) withdraw(ref holdRef, n *node, timeout time.Duration) {
-	ctx, cancel := d.nodeCtx(context.Background(), timeout)
+	ctx, cancel := d.nodeCtx(timeout)
 	defer cancel()
 	_ = n.node.Release(ctx, ref.t, ref.token, false)
 }

@@ -92,7 +92,11 @@ type Driver struct {
 	// WaitGroup must not be added to from zero while it is waited on.
 	spawnMu  sync.Mutex
 	stopping bool           // Close has begun; protected by spawnMu
-	wg       sync.WaitGroup // the node requests, which spawn starts
+	wg       sync.WaitGroup // the node requests' goroutines, which spawn starts
+	idle     chan func()    // unbuffered: spawn hands f to a worker waiting here (pool.go)
+	// noWorkers runs every node request on a fresh goroutine; set only by
+	// BenchmarkWorkers, to show what the workers save.
+	noWorkers bool
 
 	mu       sync.Mutex        // protects inFlight
 	inFlight map[holdRef]*hold // attempts with node requests in flight
@@ -122,6 +126,7 @@ func New(ctx context.Context, nodes []*goredis.Options, opts *Options) (*Driver,
 		nodeTimeout: o.NodeTimeout,
 		maxTTL:      o.MaxTTL,
 		inFlight:    map[holdRef]*hold{},
+		idle:        make(chan func()),
 		caps: backends.Capabilities{
 			ReleaseNotices: true,
 			Name:           "redlock", MaxLimit: MaxLimit, Fencing: true,
@@ -264,18 +269,6 @@ func (d *Driver) QuarantineCheck(now time.Time) error {
 		}
 	}
 	return merr.ErrorOrNil()
-}
-
-// spawn runs f on a goroutine that Close awaits, unless Close has begun;
-// it reports whether f was started.
-func (d *Driver) spawn(f func()) bool {
-	d.spawnMu.Lock()
-	defer d.spawnMu.Unlock()
-	if d.stopping {
-		return false
-	}
-	d.wg.Go(f)
-	return true
 }
 
 // nodeCtx bounds one node request by timeout and by Close, not by the

@@ -24,3 +24,7 @@ func SlotOf(d *Driver, key, token string) (int, bool) {
 	t := d.won.find(key, token)
 	return t.Slot, t.Slots > 0
 }
+
+// WithoutWorkers makes d run every node request on a fresh goroutine, for
+// BenchmarkWorkers. Call it before d's first request.
+func WithoutWorkers(d *Driver) { d.noWorkers = true }

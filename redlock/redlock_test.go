@@ -74,23 +74,20 @@ func TestSchemeRegistered(t *testing.T) {
 	backendtest.CheckScheme(t, "redlock", "addr", "max_ttl", "node_timeout", "quarantine", "prefix", "tls")
 }
 
-// TestRequestsLeaveNoGoroutine: each node request runs on a goroutine of
-// its own, which ends with the request: after a cycle, with the driver
-// still open, none is left. Not parallel: it counts every such goroutine in
-// the process, and the parallel tests' drivers have theirs.
-func TestRequestsLeaveNoGoroutine(t *testing.T) {
+// TestWorkersExitWhenIdle: the goroutines that run node requests stay for
+// the next request, and exit once none has come for their idle time (5 s),
+// with the driver still open. Not parallel: it counts every such goroutine
+// in the process, and the parallel tests' drivers have theirs.
+func TestWorkersExitWhenIdle(t *testing.T) {
 	servers := redistest.StartN(t, 5, nil)
 	b := open(t, redlockURL(servers, "quarantine=false"))
 	t.Cleanup(func() { _ = b.Close() })
-	running := func() int {
+	workers := func() int {
 		buf := make([]byte, 1<<20)
-		n := 0
-		for _, g := range strings.Split(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
-			if strings.Contains(g, "dsync/redlock.") {
-				n++
-			}
-		}
-		return n
+		return strings.Count(string(buf[:runtime.Stack(buf, true)]), "redlock.(*Driver).work(")
+	}
+	if n := workers(); n != 0 {
+		t.Fatalf("%d workers before any request", n)
 	}
 	d := b.Driver().(*redlock.Driver)
 	ctx := context.Background()
@@ -101,11 +98,23 @@ func TestRequestsLeaveNoGoroutine(t *testing.T) {
 	if err := d.Release(ctx, req.Key, req.Token); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for running() != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d goroutines of the driver left 5 s after a cycle", running())
-		}
-		time.Sleep(10 * time.Millisecond)
+	done := time.Now()
+	n := workers()
+	if n == 0 {
+		t.Fatal("no worker left after a cycle: nothing to reuse")
 	}
+	for time.Since(done) < 4*time.Second {
+		if m := workers(); m == 0 {
+			t.Fatalf("%d workers gone %v after the last request, before their idle time", n, time.Since(done).Round(time.Millisecond))
+		}
+		time.Sleep(100 * time.Millisecond) // a clock to wait out
+	}
+	deadline := done.Add(15 * time.Second)
+	for workers() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d workers left 15 s after the last request, with an idle time of 5 s", workers())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("%d workers, gone %v after the last request", n, time.Since(done).Round(100*time.Millisecond))
 }

@@ -68,9 +68,9 @@ const (
 // attempt makes one Redlock round on t (a lock, or one slot of a
 // semaphore): the parallel fan-out decided at quorum, then, if req.Fence
 // and fewer than a quorum of the voters drew the token, the write-back
-// round of the fencing token. A failed round is withdrawn from every node
-// that may hold it; on a refusal, attempt says whether another slot is
-// worth a try.
+// round of the fencing token. A failed round is withdrawn (see
+// withdrawRound); on a refusal, attempt says whether another slot is worth
+// a try.
 func (d *Driver) attempt(ctx context.Context, t redisnode.Target, req backends.Request, nt time.Duration) (backends.Grant, refusal, error) {
 	r := d.round(ctx, holdRef{t, req.Token}, req, nt)
 	ok := len(r.granted) >= d.quorum

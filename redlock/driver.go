@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -300,19 +299,3 @@ func (d *Driver) Close() error {
 	})
 	return err
 }
-
-// appendErr aggregates per-node errors, formatted on one line.
-func appendErr(merr *multierror.Error, errs ...error) *multierror.Error {
-	merr = multierror.Append(merr, errs...)
-	merr.ErrorFormat = func(errs []error) string {
-		msgs := make([]string, len(errs))
-		for i, e := range errs {
-			msgs[i] = e.Error()
-		}
-		return strings.Join(msgs, "; ")
-	}
-	return merr
-}
-
-// count is the number of errors in merr, which may be nil.
-func count(merr *multierror.Error) int { return len(merr.WrappedErrors()) }

@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/go-multierror"
@@ -88,3 +89,19 @@ collect:
 	}
 	return values, len(d.nodes) - count(merr), merr
 }
+
+// appendErr aggregates per-node errors, formatted on one line.
+func appendErr(merr *multierror.Error, errs ...error) *multierror.Error {
+	merr = multierror.Append(merr, errs...)
+	merr.ErrorFormat = func(errs []error) string {
+		msgs := make([]string, len(errs))
+		for i, e := range errs {
+			msgs[i] = e.Error()
+		}
+		return strings.Join(msgs, "; ")
+	}
+	return merr
+}
+
+// count is the number of errors in merr, which may be nil.
+func count(merr *multierror.Error) int { return len(merr.WrappedErrors()) }

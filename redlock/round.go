@@ -65,6 +65,38 @@ const (
 	split                // the vote split, or some nodes did not answer: a semaphore tries its next slot
 )
 
+// Acquire makes one Redlock attempt (see attempt). For a lock (req.Limit
+// at most 1) that is one round on the key's lock. For a semaphore
+// (req.Limit above 1) it makes such a round on each of the semaphore's
+// slots in turn, starting from a random one, and stops at the first slot
+// won; Refresh and Release find that slot from the key and token. A slot
+// refused by a quorum is withdrawn before the next slot is tried, so a
+// failed Acquire leaves nothing behind. It fails with ErrNotAcquired when
+// every slot is refused, at once with an error matching ErrNoQuorum when
+// fewer than a quorum of nodes answer, and with the error of
+// backends.LimitMismatch when a quorum of nodes hold the key with another
+// limit (1: its lock).
+func (d *Driver) Acquire(ctx context.Context, req backends.Request) (backends.Grant, error) {
+	if d.closed.Load() {
+		return backends.Grant{}, backends.ErrClosed
+	}
+	if err := backends.CheckRequest(req, d.caps); err != nil {
+		return backends.Grant{}, err
+	}
+	nt, err := d.timeoutFor(req.TTL)
+	if err != nil {
+		return backends.Grant{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return backends.Grant{}, fmt.Errorf("%w: %w", backends.ErrNotAcquired, err)
+	}
+	if req.Limit > 1 {
+		return d.acquireSlots(ctx, req, nt)
+	}
+	g, _, err := d.attempt(ctx, redisnode.Target{Key: req.Key}, req, nt)
+	return g, err
+}
+
 // attempt makes one Redlock round on t (a lock, or one slot of a
 // semaphore): the parallel fan-out decided at quorum, then, if req.Fence
 // and fewer than a quorum of the voters drew the token, the write-back

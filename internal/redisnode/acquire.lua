@@ -14,14 +14,21 @@
 -- Returns -M when K is held with another limit M; 0 when the hold is
 -- taken; otherwise the new fence counter when one was asked for, or 1.
 local limit = tonumber(ARGV[3])
-local held = held_limit(KEYS[2])
+local slot = KEYS[1] ~= KEYS[2]
+-- A slot checks the key's limit before its SET NX; a lock's SET NX comes
+-- first, and only a refused one asks which limit holds the key.
+local held = slot and held_limit(KEYS[2])
 if held and held ~= limit then
 	return -held
 end
 if not redis.call("SET", KEYS[1], ARGV[1], "NX", "PX", ARGV[2]) then
+	held = held or held_limit(KEYS[2])
+	if held and held ~= limit then
+		return -held
+	end
 	return 0
 end
-if KEYS[1] ~= KEYS[2] then
+if slot then
 	if held then
 		marker_stretch(KEYS[2], tonumber(ARGV[2]))
 	else

@@ -118,11 +118,6 @@ type Grant struct {
 	// the request when the backend rounds TTLs (etcd: whole seconds, with a
 	// server minimum). Validity is computed from this value.
 	TTL time.Duration
-
-	// Voters and Key are Redlock's, on their way out of the SPI: Redlock is
-	// to keep its slots and voters to itself. Other drivers leave them zero.
-	Voters []int
-	Key    string
 }
 
 // HolderInfo describes the current holder of a key.

@@ -12,6 +12,7 @@ import (
 	mix "github.com/dsync-dev/dsync/internal/testenv/interleave"
 	"github.com/dsync-dev/dsync/internal/testenv/redistest"
 	"github.com/dsync-dev/dsync/locker"
+	"github.com/dsync-dev/dsync/redlock"
 )
 
 // benchTTL is not a whole number of seconds, so that go-redis's SetNX sends
@@ -142,4 +143,41 @@ func BenchmarkLockCycleRatio(b *testing.B) {
 	mix.ReportRatio(b, "dsync/scripted", r["dsync"], r["scripted"])
 	mix.ReportRatio(b, "fenced/dsync", r["fenced"], r["dsync"])
 	b.ReportMetric(float64((r["fenced"].Mean() - r["dsync"].Mean()).Nanoseconds()), "fence-extra-ns/cycle")
+}
+
+// BenchmarkWorkers shows what the driver's workers (pool.go) save: the
+// uncontended lock cycle of BenchmarkLockCycleRatio (NoFencing), on the
+// same 5 loopback masters, through two drivers interleaved: one whose node
+// requests run on its workers, one whose every request runs on a fresh
+// goroutine. It reports fresh/workers; the workers stay while it is at
+// least 1.1.
+func BenchmarkWorkers(b *testing.B) {
+	servers := redistest.StartN(b, 5, nil)
+	waitOutQuarantine(b, servers, benchMaxTTL)
+	ctx := context.Background()
+	cycle := map[bool]func(){}
+	for _, workers := range []bool{true, false} {
+		backend := open(b, redlockURL(servers, "max_ttl="+benchMaxTTL.String()))
+		b.Cleanup(func() { _ = backend.Close() })
+		if !workers {
+			redlock.WithoutWorkers(backend.Driver().(*redlock.Driver))
+		}
+		l, err := locker.New(backend, "bench-workers-"+strconv.FormatBool(workers), &locker.Options{TTL: benchTTL, NoFencing: true})
+		if err != nil {
+			b.Fatal(err)
+		}
+		cycle[workers] = func() {
+			lease, err := l.TryAcquire(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := lease.Release(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	r := mix.Run(b, &mix.Options{Warm: 300},
+		mix.Case{Name: "workers", Run: cycle[true]},
+		mix.Case{Name: "fresh", Run: cycle[false]})
+	mix.ReportRatio(b, "fresh/workers", r["fresh"], r["workers"])
 }

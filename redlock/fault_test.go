@@ -22,7 +22,7 @@ import (
 
 	"github.com/dsync-dev/dsync"
 	"github.com/dsync-dev/dsync/backends"
-	"github.com/dsync-dev/dsync/backends/redis"
+	"github.com/dsync-dev/dsync/internal/redisnode"
 	"github.com/dsync-dev/dsync/internal/testenv/faultproxy"
 	"github.com/dsync-dev/dsync/internal/testenv/redistest"
 	"github.com/dsync-dev/dsync/locker"
@@ -112,11 +112,11 @@ func newLocker(t *testing.T, b *dsync.Backend, key string, o *locker.Options) *l
 // votersOf lists the nodes that granted a lease.
 func votersOf(t *testing.T, l dsync.Lease) []int {
 	t.Helper()
-	v, ok := l.(interface{ Voters() []int })
-	if !ok {
-		t.Fatalf("lease %T does not report its voters", l)
+	v := redlock.Voters(l.Key(), holdToken(t, l))
+	if v == nil {
+		t.Fatalf("no voters recorded for lease %q", l.Key())
 	}
-	return v.Voters()
+	return v
 }
 
 // holdToken is the random token stored in a lease's keys on the nodes.
@@ -1556,7 +1556,7 @@ func TestFenceWriteBack(t *testing.T) {
 	// Node 4's counter ahead of the others', and nodes 0 and 1 cut off:
 	// the quorum is 2, 3 and 4, and the token is node 4's.
 	const ahead = 1 << 52 // above a clock's seed, below 2^53 (Lua's numbers are doubles)
-	fence := redis.FenceKey("", "diverged")
+	fence := redisnode.FenceKey("", "diverged")
 	if err := clients[4].Set(ctx, fence, ahead, 0).Err(); err != nil {
 		t.Fatal(err)
 	}

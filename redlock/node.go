@@ -11,19 +11,20 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/dsync-dev/dsync/backends/redis"
+	"github.com/dsync-dev/dsync/internal/redisnode"
 )
 
 // ErrQuarantined: the node's server process is younger than MaxTTL (it was
 // restarted, maybe without its data), so its vote does not count yet.
 var ErrQuarantined = errors.New("dsync: redlock: node quarantined after a restart")
 
-// node is one Redis master with its own client and driver.
+// node is one Redis master with its own client.
 type node struct {
 	index      int
 	addr       string
 	client     *goredis.Client
-	drv        *redis.Driver
+	node       *redisnode.Node
+	notices    *redisnode.Notifier
 	maxTTL     time.Duration
 	quarantine bool
 
@@ -48,12 +49,12 @@ func newNode(index int, opts *goredis.Options, o *Options) (*node, error) {
 		return n.onConnect(ctx, cn)
 	}
 	n.client = goredis.NewClient(&co)
-	drv, err := redis.New(n.client, &redis.Options{Prefix: o.Prefix})
+	rn, err := redisnode.New(n.client, o.Prefix)
 	if err != nil {
 		_ = n.client.Close()
 		return nil, err
 	}
-	n.drv = drv
+	n.node, n.notices = rn, redisnode.NewNotifier(rn)
 	return n, nil
 }
 
@@ -130,6 +131,6 @@ func (n *node) currentRunID() string {
 }
 
 func (n *node) close() error {
-	err := n.drv.Close()
-	return errors.Join(err, n.client.Close())
+	n.notices.Close()
+	return n.client.Close()
 }

@@ -16,14 +16,14 @@ import (
 // the key, and publishes, on a quorum of nodes at least, one of which is
 // then subscribed; a node that is down, paused or cut off never delays the
 // caller. The subscription's Close stops the goroutines without waiting
-// for them; the driver's Close awaits them. For a semaphore, key is its
-// key (not a slot's): the release of any slot is published there.
+// for them; the driver's Close awaits them. For a semaphore, the
+// release of any slot is published on its key's channel.
 func (d *Driver) WatchReleases(ctx context.Context, key string) (backends.Subscription, error) {
 	if d.closed.Load() {
 		return nil, backends.ErrClosed
 	}
-	if err := checkKey(key); err != nil {
-		return nil, err
+	if key == "" {
+		return nil, backends.Invalid("key", "empty")
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -62,7 +62,7 @@ type mergedSub struct {
 // closed.
 func (s *mergedSub) forward(ctx context.Context, n *node, key string, nt time.Duration, subscribed chan<- bool) {
 	sctx, cancel := context.WithTimeout(ctx, nt)
-	sub, err := n.drv.WatchReleases(sctx, key)
+	sub, err := n.notices.Watch(sctx, key)
 	cancel()
 	subscribed <- err == nil
 	if err != nil {

@@ -1,7 +1,6 @@
 package redlock_test
 
 import (
-	"cmp"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -16,8 +15,9 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/dsync-dev/dsync/backends"
-	"github.com/dsync-dev/dsync/backends/redis"
+	"github.com/dsync-dev/dsync/internal/redisnode"
 	"github.com/dsync-dev/dsync/internal/testenv/faultproxy"
+	"github.com/dsync-dev/dsync/internal/testenv/redistest"
 	"github.com/dsync-dev/dsync/redlock"
 )
 
@@ -36,10 +36,13 @@ func semCtx(t *testing.T) context.Context {
 	return ctx
 }
 
-// permit is a grant with what it takes to release it.
+// permit is a grant with what it takes to release it, where it is, and
+// who granted it.
 type permit struct {
 	backends.Grant
-	token string
+	key, token string
+	slot       int
+	voters     []int
 }
 
 func mustPermit(t *testing.T, ctx context.Context, d *redlock.Driver, r backends.Request) permit {
@@ -48,24 +51,26 @@ func mustPermit(t *testing.T, ctx context.Context, d *redlock.Driver, r backends
 	if err != nil {
 		t.Fatalf("Acquire(%q, limit %d): %v", r.Key, r.Limit, err)
 	}
-	if g.Key == "" || g.Key == r.Key {
-		t.Fatalf("a semaphore's grant names no slot: Grant.Key %q", g.Key)
+	slot, ok := redlock.SlotOf(d, r.Key, r.Token)
+	if !ok {
+		t.Fatalf("the driver knows no slot of a permit of %q", r.Key)
 	}
-	return permit{g, r.Token}
+	return permit{g, r.Key, r.Token, slot, redlock.Voters(r.Key, r.Token)}
 }
 
 func (p permit) release(t *testing.T, ctx context.Context, d *redlock.Driver) {
 	t.Helper()
-	if err := d.Release(ctx, p.Key, p.token); err != nil {
-		t.Fatalf("Release(%q): %v", p.Key, err)
+	if err := d.Release(ctx, p.key, p.token); err != nil {
+		t.Fatalf("Release(%q, slot %d): %v", p.key, p.slot, err)
 	}
 }
 
 func wantRefused(t *testing.T, ctx context.Context, d *redlock.Driver, r backends.Request) {
 	t.Helper()
-	g, err := d.Acquire(ctx, r)
+	_, err := d.Acquire(ctx, r)
 	if err == nil {
-		t.Fatalf("Acquire on a full semaphore %q won %q", r.Key, g.Key)
+		slot, _ := redlock.SlotOf(d, r.Key, r.Token)
+		t.Fatalf("Acquire on a full semaphore %q won slot %d", r.Key, slot)
 	}
 	if !errors.Is(err, backends.ErrNotAcquired) || errors.Is(err, redlock.ErrNoQuorum) {
 		t.Fatalf("Acquire on a full semaphore: %v, want plain ErrNotAcquired", err)
@@ -96,16 +101,6 @@ func traces(t *testing.T, clients []*goredis.Client, token string) []string {
 	return out
 }
 
-// slotOf is a slot's index, from its key (Grant.Key).
-func slotOf(t *testing.T, key string) string {
-	t.Helper()
-	_, slot, ok := strings.Cut(key, "\x00")
-	if !ok {
-		t.Fatalf("%q is not a slot's key", key)
-	}
-	return slot
-}
-
 // TestSemaphoreAdmitsExactlyN: N permits from different clients, each on a
 // slot of its own, with fencing tokens that grow over all of them; the next
 // attempt is refused and leaves nothing on any node; a release frees
@@ -123,7 +118,7 @@ func TestSemaphoreAdmitsExactlyN(t *testing.T) {
 		drivers = append(drivers, d)
 	}
 	var permits []permit
-	slots := map[string]bool{}
+	slots := map[int]bool{}
 	var last uint64
 	for i := range size {
 		p := mustPermit(t, ctx, drivers[i], semReq(key, size, faultMaxTTL))
@@ -131,13 +126,13 @@ func TestSemaphoreAdmitsExactlyN(t *testing.T) {
 			t.Errorf("permit %d: fence %d not above %d", i, p.Fence, last)
 		}
 		last = p.Fence
-		if s := slotOf(t, p.Key); slots[s] {
-			t.Errorf("permit %d on slot %s, which is taken", i, s)
+		if s := p.slot; slots[s] {
+			t.Errorf("permit %d on slot %d, which is taken", i, s)
 		} else {
 			slots[s] = true
 		}
-		if len(p.Voters) < 3 {
-			t.Errorf("permit %d granted by %v, fewer than a quorum", i, p.Voters)
+		if len(p.voters) < 3 {
+			t.Errorf("permit %d granted by %v, fewer than a quorum", i, p.voters)
 		}
 		permits = append(permits, p)
 	}
@@ -150,38 +145,43 @@ func TestSemaphoreAdmitsExactlyN(t *testing.T) {
 
 	permits[2].release(t, ctx, drivers[2])
 	p := mustPermit(t, ctx, drivers[size], semReq(key, size, faultMaxTTL))
-	if p.Key != permits[2].Key {
-		t.Errorf("after slot %s was released, the next permit took %s", slotOf(t, permits[2].Key), slotOf(t, p.Key))
+	if p.slot != permits[2].slot {
+		t.Errorf("after slot %d was released, the next permit took %d", permits[2].slot, p.slot)
 	}
 	if p.Fence <= last {
 		t.Errorf("fence %d after a release, not above %d", p.Fence, last)
 	}
 	wantRefused(t, ctx, drivers[0], semReq(key, size, faultMaxTTL))
-	if err := drivers[2].Release(ctx, permits[2].Key, permits[2].token); !errors.Is(err, backends.ErrNotHeld) {
+	if err := drivers[2].Release(ctx, permits[2].key, permits[2].token); !errors.Is(err, backends.ErrNotHeld) {
 		t.Errorf("second release of a permit: %v, want ErrNotHeld", err)
 	}
 
 	// Refresh resets the slot's TTL on the nodes.
-	if err := drivers[size].Refresh(ctx, p.Key, p.token, 2*faultMaxTTL); !errors.Is(err, backends.ErrInvalid) {
+	if err := drivers[size].Refresh(ctx, p.key, p.token, 2*faultMaxTTL); !errors.Is(err, backends.ErrInvalid) {
 		t.Errorf("Refresh beyond max_ttl: %v, want ErrInvalid", err)
 	}
-	if err := drivers[size].Refresh(ctx, p.Key, p.token, faultMaxTTL); err != nil {
+	if err := drivers[size].Refresh(ctx, p.key, p.token, faultMaxTTL); err != nil {
 		t.Fatalf("Refresh of a slot: %v", err)
 	}
-	if err := drivers[size].Refresh(ctx, p.Key, "not-the-holder", faultMaxTTL); !errors.Is(err, backends.ErrNotHeld) {
+	if err := drivers[size].Refresh(ctx, p.key, "not-the-holder", faultMaxTTL); !errors.Is(err, backends.ErrNotHeld) {
 		t.Errorf("Refresh of a slot by another token: %v, want ErrNotHeld", err)
 	}
 
-	for i, q := range append(permits[:2], permits[3], p) {
-		q.release(t, ctx, drivers[min(i, size)])
+	// Each permit is released by the driver that won it, which knows its
+	// slot.
+	for i, q := range permits {
+		if i != 2 {
+			q.release(t, ctx, drivers[i])
+		}
 	}
+	p.release(t, ctx, drivers[size])
 	// A straggling reply of an acquisition is withdrawn when it lands:
 	// wait for it rather than read too soon, but well within the permits'
 	// TTL, by which a hold nobody withdrew would still be there.
 	ctxKeys := context.Background()
 	eventually(t, faultMaxTTL/4, "nothing of the key but its slot's fence counter left on every node after every permit was released", func() bool {
 		for _, c := range clients {
-			if keys := c.Keys(ctxKeys, "dsync:{"+key+"}*").Val(); len(keys) != 0 || c.Exists(ctxKeys, redis.FenceKey("", key)).Val() != 1 {
+			if keys := c.Keys(ctxKeys, "dsync:{"+key+"}*").Val(); len(keys) != 0 || c.Exists(ctxKeys, redisnode.FenceKey("", key)).Val() != 1 {
 				return false
 			}
 		}
@@ -330,8 +330,8 @@ func TestSemaphoreLimitMismatch(t *testing.T) {
 		}
 	}
 	q := mustPermit(t, ctx, d, semReq(stale, 2, faultMaxTTL))
-	if !slices.Equal(q.Voters, []int{2, 3, 4}) {
-		t.Errorf("voters %v, want [2 3 4] (0 and 1 hold another limit)", q.Voters)
+	if !slices.Equal(q.voters, []int{2, 3, 4}) {
+		t.Errorf("voters %v, want [2 3 4] (0 and 1 hold another limit)", q.voters)
 	}
 }
 
@@ -358,8 +358,8 @@ func TestSemaphoreHolder(t *testing.T) {
 	}
 }
 
-// TestSemaphoreKeys: keys with a NUL byte are refused (it names slots),
-// and a slot's key is accepted only by Refresh and Release.
+// TestSemaphoreKeys: the limits, and a permit found by its semaphore's key
+// and token: another token, or the key's lock, is not it.
 func TestSemaphoreKeys(t *testing.T) {
 	t.Parallel()
 	servers := agedServers(t, 3, nil)
@@ -376,23 +376,27 @@ func TestSemaphoreKeys(t *testing.T) {
 		name string
 		err  func() error
 	}{
-		{"Acquire", func() error { _, err := d.Acquire(ctx, semReq(p.Key, 2, faultMaxTTL)); return err }},
-		{"Acquire lock", func() error { _, err := d.Acquire(ctx, semReq("a\x00b", 1, faultMaxTTL)); return err }},
-		{"Holder", func() error { _, err := d.Holder(ctx, p.Key); return err }},
-		{"WatchReleases", func() error { _, err := d.WatchReleases(ctx, p.Key); return err }},
-		{"Release of a malformed slot key", func() error { return d.Release(ctx, "k\x00x", p.token) }},
-		{"Release of a slot beyond MaxLimit", func() error { return d.Release(ctx, fmt.Sprintf("k\x00%d", redlock.MaxLimit), p.token) }},
-		{"Refresh of a slot key without a key", func() error { return d.Refresh(ctx, "\x000", p.token, faultMaxTTL) }},
+		{"Release with empty key", func() error { return d.Release(ctx, "", p.token) }},
+		{"Refresh with empty token", func() error { return d.Refresh(ctx, p.key, "", faultMaxTTL) }},
+		{"Holder of an empty key", func() error { _, err := d.Holder(ctx, ""); return err }},
+		{"WatchReleases of an empty key", func() error { _, err := d.WatchReleases(ctx, ""); return err }},
 	} {
 		if err := call.err(); !errors.Is(err, backends.ErrInvalid) {
 			t.Errorf("%s: %v, want ErrInvalid", call.name, err)
 		}
 	}
-	// The lock of the key is another key than its slots' keys.
-	if err := d.Release(ctx, "k", p.token); !errors.Is(err, backends.ErrNotHeld) {
-		t.Errorf("Release of the semaphore's own key with a permit's token: %v, want ErrNotHeld", err)
+	// Another token's Release goes to the key's lock, which the marker
+	// holds for the slots: nothing of the permit is touched.
+	if err := d.Release(ctx, "k", "not-the-holder"); !errors.Is(err, backends.ErrNotHeld) {
+		t.Errorf("Release of the semaphore's key with another token: %v, want ErrNotHeld", err)
+	}
+	if err := d.Refresh(ctx, "k", p.token, faultMaxTTL); err != nil {
+		t.Errorf("Refresh of the permit by its semaphore's key: %v", err)
 	}
 	p.release(t, ctx, d)
+	if _, ok := redlock.SlotOf(d, "k", p.token); ok {
+		t.Error("the driver still knows the slot of a released permit")
+	}
 }
 
 // hammer runs goroutines on several drivers that take permits of one
@@ -447,7 +451,7 @@ func startHammer(t *testing.T, drivers []*redlock.Driver, key string, size, perD
 						h.inside.Add(-1)
 					}
 					rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-					_ = d.Release(rctx, g.Key, r.Token) // may miss a dead node's quorum share: the hold expires
+					_ = d.Release(rctx, r.Key, r.Token) // may miss a dead node's quorum share: the hold expires
 					cancel()
 				}
 			})
@@ -553,19 +557,6 @@ func TestSemaphoreHammerPaused(t *testing.T) {
 	t.Logf("%d sections, at most %d holders at once (size %d)", h.sections.Load(), h.most.Load(), size)
 }
 
-// naiveAcquire is the design the issue warns against, one node's part: a
-// sorted set of holders scored by expiry on the server's clock, admitting
-// a token while fewer than the limit are live. A client holds the
-// semaphore when a majority of nodes admitted it.
-var naiveAcquire = goredis.NewScript(`local t = redis.call("TIME")
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-redis.call("ZREMRANGEBYSCORE", KEYS[1], "-inf", now)
-if redis.call("ZCARD", KEYS[1]) >= tonumber(ARGV[2]) then
-	return 0
-end
-redis.call("ZADD", KEYS[1], now + tonumber(ARGV[3]), ARGV[1])
-return 1`)
-
 // overAdmitted is the check both designs go through: an error when more
 // clients hold the semaphore than its size.
 func overAdmitted(holders []string, size int) error {
@@ -597,7 +588,7 @@ func TestNaiveQuorumSemaphoreOverAdmits(t *testing.T) {
 	for _, step := range []map[string][]int{reach, late} {
 		for _, name := range names {
 			for _, i := range step[name] {
-				ok, err := naiveAcquire.Run(ctx, clients[i], []string{naiveKey}, name, size, faultMaxTTL.Milliseconds()).Int()
+				ok, err := redistest.NaiveSemAcquire.Run(ctx, clients[i], []string{naiveKey}, name, size, faultMaxTTL.Milliseconds()).Int()
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -636,11 +627,12 @@ func TestNaiveQuorumSemaphoreOverAdmits(t *testing.T) {
 		}
 		_, d := openBackend(t, addrURL(addrs, faultQuery("")))
 		r := semReq("sem-control", size, faultMaxTTL)
-		g, err := d.Acquire(ctx, r)
+		_, err := d.Acquire(ctx, r)
 		switch {
 		case err == nil:
 			holders = append(holders, name)
-			t.Logf("%s holds slot %s, granted by %v", name, slotOf(t, g.Key), g.Voters)
+			slot, _ := redlock.SlotOf(d, r.Key, r.Token)
+			t.Logf("%s holds slot %d, granted by %v", name, slot, redlock.Voters(r.Key, r.Token))
 		case errors.Is(err, backends.ErrNotAcquired):
 			t.Logf("%s refused: %v", name, err)
 			// Its rounds won some nodes (C: node 3 on one slot, nodes 0
@@ -683,17 +675,16 @@ func TestCloseDuringCalls(t *testing.T) {
 					default:
 					}
 					r := semReq(fmt.Sprintf("close-%d-%d", round, g%3), 1+g%3, faultMaxTTL)
-					gr, err := d.Acquire(ctx, r)
+					_, err := d.Acquire(ctx, r)
 					if err != nil {
 						if sub, err := d.WatchReleases(ctx, r.Key); err == nil {
 							sub.Close()
 						}
 						continue
 					}
-					key := cmp.Or(gr.Key, r.Key)
-					_ = d.Refresh(ctx, key, r.Token, faultMaxTTL)
+					_ = d.Refresh(ctx, r.Key, r.Token, faultMaxTTL)
 					_, _ = d.Holder(ctx, r.Key)
-					_ = d.Release(ctx, key, r.Token)
+					_ = d.Release(ctx, r.Key, r.Token)
 				}
 			})
 		}

@@ -2,91 +2,18 @@ package redlock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/dsync-dev/dsync/backends"
+	"github.com/dsync-dev/dsync/internal/redisnode"
 )
 
 // MaxLimit is the largest semaphore the driver offers
-// (Capabilities().MaxLimit). A semaphore of size N is N Redlock locks, and
-// an attempt on a full one makes a round on each of them, so its cost grows
-// with N: a few dozen parallel round trips at most.
-const MaxLimit = 64
-
-// slotSep separates a semaphore's key from a slot's index in the slot's
-// key (Grant.Key). Keys that contain it are refused, so that a slot's key
-// never names a lock.
-const slotSep = "\x00"
-
-// target is what one Redlock round acquires: the lock of a key, or one
-// slot of a semaphore.
-type target struct {
-	key  string // the key the hold is known by: the lock's, or the slot's (Grant.Key)
-	base string // the lock's or semaphore's key (Request.Key)
-	slot int    // the slot's index; -1 for the lock
-}
-
-func lockTarget(key string) target { return target{key: key, base: key, slot: -1} }
-
-func slotTarget(key string, slot int) target {
-	return target{key: key + slotSep + strconv.Itoa(slot), base: key, slot: slot}
-}
-
-// checkKey refuses keys that could be mistaken for a slot's key.
-func checkKey(key string) error {
-	if strings.Contains(key, slotSep) {
-		return backends.Invalid("key", "%q contains a NUL byte, which the redlock backend reserves for the keys of a semaphore's slots", key)
-	}
-	return nil
-}
-
-// parseKey returns the target of a key given to Refresh or Release: a
-// slot's key, as Acquire returned it in Grant.Key, or a lock's key.
-func parseKey(key string) (target, error) {
-	base, idx, found := strings.Cut(key, slotSep)
-	if !found {
-		return lockTarget(key), nil
-	}
-	slot, err := strconv.Atoi(idx)
-	if err != nil || base == "" || slot < 0 || slot >= MaxLimit || strconv.Itoa(slot) != idx {
-		return target{}, backends.Invalid("key", "%q is neither a lock's key nor a semaphore slot's key (a NUL byte is reserved for these)", key)
-	}
-	return slotTarget(base, slot), nil
-}
-
-func (t target) acquire(ctx context.Context, n *node, req backends.Request) (backends.Grant, error) {
-	if t.slot < 0 {
-		return n.drv.AcquireSeeded(ctx, req, n.maxTTL/seedSteps)
-	}
-	return n.drv.AcquireSlot(ctx, req, t.slot, n.maxTTL/seedSteps)
-}
-
-func (t target) withdraw(ctx context.Context, n *node, token string) error {
-	if t.slot < 0 {
-		return n.drv.Withdraw(ctx, t.base, token)
-	}
-	return n.drv.WithdrawSlot(ctx, t.base, t.slot, token)
-}
-
-func (t target) release(ctx context.Context, n *node, token string) error {
-	if t.slot < 0 {
-		return n.drv.Release(ctx, t.base, token)
-	}
-	return n.drv.ReleaseSlot(ctx, t.base, t.slot, token)
-}
-
-func (t target) refresh(ctx context.Context, n *node, token string, ttl time.Duration) error {
-	if t.slot < 0 {
-		return n.drv.Refresh(ctx, t.base, token, ttl)
-	}
-	return n.drv.RefreshSlot(ctx, t.base, t.slot, token, ttl)
-}
+// (Capabilities().MaxLimit): redisnode.MaxSlots.
+const MaxLimit = redisnode.MaxSlots
 
 // acquireSlots makes one attempt on a semaphore of req.Limit slots: a full
 // Redlock round on each slot in turn, from a random one, until one is won.
@@ -94,8 +21,7 @@ func (t target) refresh(ctx context.Context, n *node, token string, ttl time.Dur
 // Each slot is a lock of its own, voted on by every node, so two holders
 // of one slot need two intersecting majorities, which cannot both be
 // granted while one holds: the semaphore never admits more than req.Limit
-// holders. A vote over one per-node set of holders would not have that
-// property (see the package documentation).
+// holders (see docs/redlock.md).
 func (d *Driver) acquireSlots(ctx context.Context, req backends.Request, nt time.Duration) (backends.Grant, error) {
 	start := time.Now()
 	first := rand.IntN(req.Limit)
@@ -112,8 +38,8 @@ func (d *Driver) acquireSlots(ctx context.Context, req backends.Request, nt time
 			return backends.Grant{}, fmt.Errorf("%w: %q: %d of %d slots tried, no time left in the TTL of %v for another (last slot: %w)",
 				backends.ErrNotAcquired, req.Key, i, req.Limit, req.TTL, last)
 		}
-		t := slotTarget(req.Key, (first+i)%req.Limit)
-		g, refusal, err := d.acquireSlot(ctx, t, req, nt)
+		t := redisnode.Target{Key: req.Key, Slot: (first + i) % req.Limit, Slots: req.Limit}
+		g, refusal, err := d.attempt(ctx, t, req, nt)
 		if err == nil {
 			return g, nil
 		}
@@ -121,7 +47,7 @@ func (d *Driver) acquireSlots(ctx context.Context, req backends.Request, nt time
 			return backends.Grant{}, err
 		}
 		contended = contended && refusal == taken
-		last = fmt.Errorf("slot %d: %w", t.slot, err)
+		last = fmt.Errorf("slot %d: %w", t.Slot, err)
 	}
 	if contended {
 		return backends.Grant{}, backends.ErrNotAcquired // plain contention: the layer above words it
@@ -129,84 +55,71 @@ func (d *Driver) acquireSlots(ctx context.Context, req backends.Request, nt time
 	return backends.Grant{}, fmt.Errorf("%w: %q: none of its %d slots won (last slot: %w)", backends.ErrNotAcquired, req.Key, req.Limit, last)
 }
 
-// refusal says what a refused slot means for the semaphore's attempt.
-type refusal int
-
-const (
-	final refusal = iota // the attempt ends: no quorum answered, ctx ended, another limit, the fencing round failed
-	taken                // a quorum of nodes held the slot: try the next one
-	split                // the vote split, or some nodes did not answer: try the next one
-)
-
-// acquireSlot makes one Redlock round on slot t; on a refusal it says
-// whether another slot is worth a try.
-func (d *Driver) acquireSlot(ctx context.Context, t target, req backends.Request, nt time.Duration) (backends.Grant, refusal, error) {
-	r := d.round(ctx, t, req, nt)
-	ok := len(r.granted) >= d.quorum
-	var fence uint64
-	if ok && req.Fence {
-		var err error
-		if fence, err = d.fence(ctx, r, req.Key, nt); err != nil {
-			d.decide(r, false)
-			d.withdrawAll(t, req.Token, nt)
-			return backends.Grant{}, final, fmt.Errorf("%w: %w: %w", backends.ErrNotAcquired, ErrNoQuorum, err)
-		}
+// grant is the grant of a won round. Its fencing token is
+// fence*MaxLimit + slot: permits won at the same time on different slots
+// may draw the same counter (each takes the largest among its own voters),
+// and the slot tells them apart, while a later counter still means a
+// larger token (slot < MaxLimit).
+func (r *round) grant(fence uint64, ttl time.Duration) backends.Grant {
+	if fence > 0 {
+		fence = fence*MaxLimit + uint64(r.ref.t.Slot)
 	}
-	d.decide(r, ok)
-	if ok {
-		g := r.result(fence, t.slot)
-		g.Key = t.key
-		return g, 0, nil
-	}
-	d.withdrawRound(r, nt)
-	if holders := d.limitQuorum(r.refused); holders > 0 {
-		return backends.Grant{}, final, backends.LimitMismatch(req.Key, req.Limit, holders)
-	}
-	err := d.notAcquired(ctx, len(r.granted), r.refused)
-	if ctx.Err() != nil || errors.Is(err, ErrNoQuorum) {
-		return backends.Grant{}, final, err
-	}
-	held := 0
-	for _, e := range r.refused.WrappedErrors() {
-		if errors.Is(e, backends.ErrNotAcquired) {
-			held++
-		}
-	}
-	if held >= d.quorum {
-		return backends.Grant{}, taken, err
-	}
-	return backends.Grant{}, split, err
+	return backends.Grant{Fence: fence, TTL: ttl.Truncate(time.Millisecond)}
 }
 
-// withdrawRound undoes a decided, failed round on the nodes that may hold
-// its key (they granted it, or their outcome is unknown), in parallel, and
-// waits for them: a node that refused outright holds nothing to withdraw,
-// so a round on a full semaphore costs no second round trip. Nodes still
-// in flight withdraw when their reply lands (see landed).
-func (d *Driver) withdrawRound(r *round, nt time.Duration) {
-	seen := r.seen
-	// The votes that landed between collect and decide wait in the channel.
-	for more := true; more; {
-		select {
-		case v := <-r.votes:
-			seen = append(seen, v)
-		default:
-			more = false
+// wonHolds remembers where each hold won and not released is, by key and
+// token, so that Refresh and Release, which the layer above calls with the
+// key it asked for, find a semaphore's slot. An entry goes on Release, or
+// once its hold has surely expired on every node (swept as the map grows),
+// so that leases lost without a Release do not pile up.
+type wonHolds struct {
+	mu      sync.Mutex // protects the fields below
+	m       map[wonKey]wonHold
+	sweepAt int // sweep expired entries when the map reaches this size
+}
+
+type wonKey struct{ key, token string }
+
+type wonHold struct {
+	t       redisnode.Target
+	expires time.Time // no node holds it after this
+}
+
+const minSweep = 64
+
+func (w *wonHolds) init() { w.m, w.sweepAt = map[wonKey]wonHold{}, minSweep }
+
+// add records (or, after a refresh, renews) the hold of token at t, which
+// no node keeps longer than ttl from now.
+func (w *wonHolds) add(key, token string, t redisnode.Target, ttl time.Duration) {
+	now := time.Now()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.m[wonKey{key, token}] = wonHold{t: t, expires: now.Add(ttl)}
+	if len(w.m) < w.sweepAt {
+		return
+	}
+	for k, h := range w.m {
+		if now.After(h.expires) {
+			delete(w.m, k)
 		}
 	}
-	var wg sync.WaitGroup
-	for _, v := range seen {
-		if !v.mayHold {
-			continue
-		}
-		wg.Add(1)
-		started := d.spawn(func() {
-			defer wg.Done()
-			_ = r.h.t.withdraw(d.clock.Detached(context.Background(), nt), v.node, r.ref.token)
-		})
-		if !started {
-			wg.Done() // closed: the hold expires on the node
-		}
+	w.sweepAt = max(2*len(w.m), minSweep)
+}
+
+// find returns where token's hold of key is: the slot it won, or key's
+// lock when it is not known.
+func (w *wonHolds) find(key, token string) redisnode.Target {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if h, ok := w.m[wonKey{key, token}]; ok {
+		return h.t
 	}
-	wg.Wait()
+	return redisnode.Target{Key: key}
+}
+
+func (w *wonHolds) remove(key, token string) {
+	w.mu.Lock()
+	delete(w.m, wonKey{key, token})
+	w.mu.Unlock()
 }

@@ -126,9 +126,6 @@ func TestSemaphoreAdmitsLimit(t *testing.T) {
 		if g.TTL != 5*time.Second {
 			t.Errorf("Grant.TTL = %v, want 5s", g.TTL)
 		}
-		if g.Key != "" {
-			t.Errorf("Grant.Key = %q, want none", g.Key)
-		}
 		fences = append(fences, g.Fence)
 	}
 	kvs := permitKeys(t, ctx, d, cli, name)

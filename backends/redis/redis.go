@@ -2,10 +2,7 @@ package redis
 
 import (
 	"context"
-	_ "embed"
 	"errors"
-	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -13,82 +10,42 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/dsync-dev/dsync/backends"
+	"github.com/dsync-dev/dsync/internal/redisnode"
 )
 
 // DefaultPrefix is the key prefix used when Options.Prefix is empty.
-const DefaultPrefix = "dsync:"
+const DefaultPrefix = redisnode.DefaultPrefix
 
 // Options configure New. A nil *Options means defaults.
 type Options struct {
 	// Prefix is put before every Redis key and channel the driver uses (see
-	// the package documentation for the layout). It must not contain "{" or
-	// "}", which would break the Cluster hash tag. Default: "dsync:".
+	// docs/redis.md for the layout). It must not contain "{" or "}", which
+	// would break the Cluster hash tag. Default: "dsync:".
 	Prefix string
 }
-
-var (
-	//go:embed fence.lua
-	fenceSrc string
-	//go:embed acquire.lua
-	acquireSrc string
-	//go:embed sem_common.lua
-	semCommonSrc string
-	//go:embed sem_acquire.lua
-	semAcquireSrc string
-	//go:embed release.lua
-	releaseSrc string
-	//go:embed refresh.lua
-	refreshSrc string
-	//go:embed holder.lua
-	holderSrc string
-
-	// The scripts that draw a fencing token start with fence.lua, and
-	// those that may meet a semaphore with its helpers.
-	acquireScript    = goredis.NewScript(fenceSrc + acquireSrc)
-	semAcquireScript = goredis.NewScript(fenceSrc + semCommonSrc + semAcquireSrc)
-	releaseScript    = goredis.NewScript(semCommonSrc + releaseSrc)
-	refreshScript    = goredis.NewScript(semCommonSrc + refreshSrc)
-	holderScript     = goredis.NewScript(semCommonSrc + holderSrc)
-)
-
-// The acquire scripts' fencing flags, boxed once rather than on every call.
-var drawFence, noFence any = "1", "0"
-
-// maxLimit is the largest semaphore size the driver accepts
-// (Capabilities.MaxLimit). It bounds the work of one script, during which
-// the server serves nobody else: the call that finds a full semaphore whose
-// holders all expired at once prunes them all. Measured on a loaded 2-core
-// machine, pruning 65536 holders with values blocked the server for 260 ms
-// (60 ms without values); 4096 keeps that between 8 and 16 ms.
-const maxLimit = 1 << 12
 
 var capabilities = backends.Capabilities{
 	ReleaseNotices: true,
 	Name:           "redis",
-	MaxLimit:       maxLimit,
+	MaxLimit:       redisnode.MaxSetSize,
 	Fencing:        true,
 	TTLResolution:  time.Millisecond,
 }
 
 // Driver is the single-instance Redis driver. It implements backends.Driver
-// and backends.Notifier, and is safe for concurrent use.
+// and is safe for concurrent use.
 type Driver struct {
-	client  goredis.UniversalClient
-	owned   bool // Close closes client: it was created from a URL
-	cluster bool // client is a *goredis.ClusterClient
-	prefix  string
+	node  *redisnode.Node
+	owned bool // Close closes the client: it was created from a URL
 
 	closed    atomic.Bool
 	closeOnce sync.Once
 	closeErr  error
 
-	notify notifier
+	notify *redisnode.Notifier
 }
 
-var (
-	_ backends.Driver = (*Driver)(nil)
-	_ backends.Driver = (*Driver)(nil)
-)
+var _ backends.Driver = (*Driver)(nil)
 
 // New returns a driver over client, which may be a plain client, a Sentinel
 // failover client or a Cluster client. It makes no I/O. A nil client or an
@@ -106,196 +63,50 @@ func New(client goredis.UniversalClient, opts *Options) (*Driver, error) {
 }
 
 func newDriver(client goredis.UniversalClient, opts *Options, owned bool) (*Driver, error) {
-	if client == nil {
-		return nil, backends.Invalid("client", "nil")
+	var prefix string
+	if opts != nil {
+		prefix = opts.Prefix
 	}
-	prefix, err := opts.prefix()
+	node, err := redisnode.New(client, prefix)
 	if err != nil {
 		return nil, err
 	}
-	_, cluster := client.(*goredis.ClusterClient)
-	d := &Driver{client: client, owned: owned, cluster: cluster, prefix: prefix}
-	d.notify.init(d)
-	return d, nil
-}
-
-func (o *Options) prefix() (string, error) {
-	if o == nil || o.Prefix == "" {
-		return DefaultPrefix, nil
-	}
-	if err := checkPrefix(o.Prefix); err != nil {
-		return "", backends.Invalid("prefix", "%s", err)
-	}
-	return o.Prefix, nil
-}
-
-func checkPrefix(p string) error {
-	if strings.ContainsAny(p, "{}") {
-		return fmt.Errorf("%q contains { or }, which would break the Redis Cluster hash tag", p)
-	}
-	return nil
+	return &Driver{node: node, owned: owned, notify: redisnode.NewNotifier(node)}, nil
 }
 
 // Capabilities reports locks and semaphores of up to 4096 holders, with
 // fencing and 1 ms TTLs.
 func (d *Driver) Capabilities() backends.Capabilities { return capabilities }
 
-// holdKey returns the Redis key of key's hold, P{K}.
-func (d *Driver) holdKey(key string) (string, error) {
-	if key == "" {
-		return "", backends.Invalid("key", "empty")
-	}
-	// A key starting with "}" makes an empty hash tag, so Cluster would hash
-	// the whole name and scatter the hold and its counter across slots.
-	if d.cluster && key[0] == '}' {
-		return "", backends.Invalid("key", "%q starts with }, which Redis Cluster hash tags cannot keep in one slot", key)
-	}
-	return d.prefix + "{" + key + "}", nil
-}
+// CheckTTL implements backends.Driver: the TTL rules of Capabilities.
+func (d *Driver) CheckTTL(ttl time.Duration) error { return backends.CheckTTL(ttl, capabilities) }
 
-func checkToken(token string) error {
-	if token == "" {
-		return backends.Invalid("token", "empty")
-	}
-	if strings.IndexByte(token, '\n') >= 0 {
-		return backends.Invalid("token", "contains a newline, which the redis backend uses to separate token and value")
-	}
-	return nil
-}
-
-// Acquire makes one attempt to hold req.Key.
-//
-// A lock (req.Limit 0 or 1) is a SET NX PX, in a script that also
-// increments the key's fence counter when req.Fence is set (see FenceKey;
-// a missing counter starts at the server's clock in microseconds). It returns
-// ErrNotAcquired when the key is held, and the error of
-// backends.LimitMismatch when a semaphore holds it (without req.Fence, that
-// check costs a second round trip, made only after the SET NX failed).
-//
-// A semaphore (req.Limit > 1) is one script on a sorted set of holders
-// scored by expiry on the server's clock: it prunes the expired holders and
-// adds this one if fewer than req.Limit are left. It returns
-// ErrNotAcquired when every slot is taken, and the error of
-// backends.LimitMismatch when the live holders have another size or a lock
-// holds the key. Its fence counter is the key's lock's, shared by every
-// size.
-//
-// Grant.TTL is req.TTL truncated to whole milliseconds.
+// Acquire makes one attempt to hold req.Key: a lock (req.Limit 0 or 1) is
+// SET NX PX, in a script that also draws the key's fencing token when
+// req.Fence is set; a semaphore (req.Limit > 1) is one script on a sorted
+// set of holders scored by expiry on the server's clock. It returns
+// ErrNotAcquired when the key is held (every slot taken), and the error of
+// backends.LimitMismatch when the key's live holds have another size (a
+// lock being size 1). Grant.TTL is req.TTL truncated to whole milliseconds.
 func (d *Driver) Acquire(ctx context.Context, req backends.Request) (backends.Grant, error) {
-	return d.acquire(ctx, req, acquireScript, 0)
-}
-
-// acquire takes a lock with script (acquire.lua, or acquire_seeded.lua),
-// a missing fence counter starting at the server's clock rounded down to
-// seedStep (0: to the microsecond), or a semaphore with sem_acquire.lua
-// when script is acquire.lua.
-func (d *Driver) acquire(ctx context.Context, req backends.Request, script *goredis.Script, seedStep time.Duration) (backends.Grant, error) {
 	if d.closed.Load() {
 		return backends.Grant{}, backends.ErrClosed
 	}
 	if err := backends.CheckRequest(req, capabilities); err != nil {
 		return backends.Grant{}, err
 	}
-	if err := checkToken(req.Token); err != nil {
-		return backends.Grant{}, err
-	}
-	hold, err := d.holdKey(req.Key)
-	if err != nil {
-		return backends.Grant{}, err
-	}
-	ttl := req.TTL.Truncate(time.Millisecond)
+	h := redisnode.Hold{Token: req.Token, Value: req.Value, TTL: req.TTL, Fence: req.Fence}
+	var fence uint64
+	var err error
 	if req.Limit > 1 {
-		if script != acquireScript {
-			return backends.Grant{}, fmt.Errorf("%w: a seeded acquire takes locks only (limit %d requested)", backends.ErrUnsupported, req.Limit)
-		}
-		return d.acquireSem(ctx, req, hold, ttl)
+		fence, err = d.node.AcquireSet(ctx, req.Key, req.Limit, h)
+	} else {
+		fence, err = d.node.Acquire(ctx, redisnode.Target{Key: req.Key}, h)
 	}
-	val := req.Token
-	if len(req.Value) > 0 {
-		val = req.Token + "\n" + string(req.Value)
-	}
-	g := backends.Grant{TTL: ttl}
-	if !req.Fence {
-		// Without a fencing token the hold is a plain SET NX PX: Redis
-		// runs it several times faster than a script.
-		ok, err := d.client.SetArgs(ctx, hold, val, goredis.SetArgs{Mode: "NX", TTL: ttl}).Result()
-		if errors.Is(err, goredis.Nil) {
-			return backends.Grant{}, d.heldBy(ctx, req.Key, hold)
-		}
-		if err != nil {
-			return backends.Grant{}, d.wrap(err)
-		}
-		if ok != "OK" {
-			return backends.Grant{}, fmt.Errorf("redis: SET NX answered %q", ok)
-		}
-		return g, nil
-	}
-	n, err := script.Run(ctx, d.client, []string{hold, fenceKey(d.prefix, hold)},
-		val, ttl.Milliseconds(), drawFence, seedStepArg(seedStep)).Int64()
 	if err != nil {
 		return backends.Grant{}, d.wrap(err)
 	}
-	switch {
-	case n == 0:
-		return backends.Grant{}, backends.ErrNotAcquired
-	case n < 0:
-		return backends.Grant{}, backends.LimitMismatch(req.Key, 1, int(-n))
-	}
-	g.Fence = uint64(n)
-	return g, nil
-}
-
-// heldBy is the verdict on a lock whose SET NX failed: LimitMismatch when
-// a semaphore holds the key, else ErrNotAcquired. It asks the server for
-// the key's type, and for the semaphore's size when it is one; if either
-// call fails, the SET NX's verdict, ErrNotAcquired, stands.
-func (d *Driver) heldBy(ctx context.Context, key, hold string) error {
-	if kind, err := d.client.Type(ctx, hold).Result(); err != nil || kind != "zset" {
-		return backends.ErrNotAcquired
-	}
-	s, err := d.client.ZScore(ctx, hold, "").Result()
-	if err != nil || s >= 0 {
-		return backends.ErrNotAcquired
-	}
-	return backends.LimitMismatch(key, 1, int(-s))
-}
-
-// acquireSem runs sem_acquire.lua for req (req.Limit > 1), whose checked
-// hold key is hold and TTL ttl.
-func (d *Driver) acquireSem(ctx context.Context, req backends.Request, hold string, ttl time.Duration) (backends.Grant, error) {
-	fence := noFence
-	if req.Fence {
-		fence = drawFence
-	}
-	n, err := semAcquireScript.Run(ctx, d.client, []string{hold, fenceKey(d.prefix, hold), hold + ":values"},
-		req.Token, ttl.Milliseconds(), fence, req.Limit, req.Value).Int64()
-	if err != nil {
-		return backends.Grant{}, d.wrap(err)
-	}
-	switch {
-	case n == 0:
-		return backends.Grant{}, backends.ErrNotAcquired
-	case n < 0:
-		return backends.Grant{}, backends.LimitMismatch(req.Key, req.Limit, int(-n))
-	}
-	g := backends.Grant{TTL: ttl}
-	if req.Fence {
-		g.Fence = uint64(n)
-	}
-	return g, nil
-}
-
-// tokenHold checks a call on the hold of key owned by token, before any I/O,
-// and returns the hold's Redis key.
-func (d *Driver) tokenHold(key, token string) (string, error) {
-	if d.closed.Load() {
-		return "", backends.ErrClosed
-	}
-	hold, err := d.holdKey(key)
-	if err != nil {
-		return "", err
-	}
-	return hold, checkToken(token)
+	return backends.Grant{Fence: fence, TTL: req.TTL.Truncate(time.Millisecond)}, nil
 }
 
 // Refresh resets the TTL of the hold owned by token: a compare-and-PEXPIRE
@@ -304,89 +115,62 @@ func (d *Driver) tokenHold(key, token string) (string, error) {
 // re-creates an expired hold: that, or a hold owned by another token, is
 // ErrNotHeld, and no other holder is touched.
 func (d *Driver) Refresh(ctx context.Context, key, token string, ttl time.Duration) error {
-	hold, err := d.tokenHold(key, token)
-	if err != nil {
-		return err
+	if d.closed.Load() {
+		return backends.ErrClosed
 	}
 	if err := backends.CheckTTL(ttl, capabilities); err != nil {
 		return err
 	}
-	n, err := refreshScript.Run(ctx, d.client, []string{hold, hold + ":values"}, token, ttl.Milliseconds()).Int64()
-	if err != nil {
-		return d.wrap(err)
-	}
-	if n == 0 {
-		return backends.ErrNotHeld
-	}
-	return nil
+	return d.wrap(d.node.Refresh(ctx, redisnode.Target{Key: key}, token, ttl))
 }
 
 // Release deletes the hold owned by token (a lock's key, or token's member
 // of a semaphore's holders) and publishes a release notice on the key's
-// channel, the same for locks and semaphores. A hold that expired or
-// belongs to another token is reported as ErrNotHeld, and no other hold is
-// touched (expired holders of a semaphore are pruned).
+// channel. A hold that expired or belongs to another token is reported as
+// ErrNotHeld, and no other hold is touched.
 func (d *Driver) Release(ctx context.Context, key, token string) error {
-	return d.release(ctx, key, token, publish)
-}
-
-// The release script's flag, boxed once.
-var publish, silent any = "1", "0"
-
-func (d *Driver) release(ctx context.Context, key, token string, notify any) error {
-	hold, err := d.tokenHold(key, token)
-	if err != nil {
-		return err
+	if d.closed.Load() {
+		return backends.ErrClosed
 	}
-	n, err := releaseScript.Run(ctx, d.client, []string{hold, hold + ":values"}, token, notify).Int64()
-	if err != nil {
-		return d.wrap(err)
-	}
-	if n == 0 {
-		return backends.ErrNotHeld
-	}
-	return nil
+	return d.wrap(d.node.Release(ctx, redisnode.Target{Key: key}, token, true))
 }
 
 // Holder reports the value stored with key's hold and its remaining TTL as
-// the server reports it (zero for a key without expiry, which dsync never
-// writes), or ErrNotHeld when nobody holds key. For a semaphore it reports
-// the live holder that expires last.
+// the server reports it, or ErrNotHeld when nobody holds key. For a
+// semaphore it reports the live holder that expires last.
 func (d *Driver) Holder(ctx context.Context, key string) (backends.HolderInfo, error) {
 	if d.closed.Load() {
 		return backends.HolderInfo{}, backends.ErrClosed
 	}
-	hold, err := d.holdKey(key)
-	if err != nil {
-		return backends.HolderInfo{}, err
-	}
-	res, err := holderScript.Run(ctx, d.client, []string{hold, hold + ":values"}).Slice()
-	if errors.Is(err, goredis.Nil) {
-		return backends.HolderInfo{}, backends.ErrNotHeld
-	}
-	if err != nil {
-		return backends.HolderInfo{}, d.wrap(err)
-	}
-	if len(res) != 2 {
-		return backends.HolderInfo{}, fmt.Errorf("redis: holder.lua returned %d values, want 2", len(res))
-	}
-	v, ok1 := res[0].(string)
-	pttl, ok2 := res[1].(int64)
-	if !ok1 || !ok2 {
-		return backends.HolderInfo{}, fmt.Errorf("redis: holder.lua returned %T, %T, want string, integer", res[0], res[1])
-	}
-	var info backends.HolderInfo
-	if v != "" {
-		info.Value = []byte(v)
-	}
-	if pttl > 0 {
-		info.TTL = time.Duration(pttl) * time.Millisecond
-	}
-	return info, nil
+	info, err := d.node.Holder(ctx, key)
+	return info, d.wrap(err)
 }
 
-// wrap marks an error caused by a concurrent Close as ErrClosed as well.
-func (d *Driver) wrap(err error) error { return backends.MarkClosed(d.closed.Load(), err) }
+// WatchReleases subscribes to release notices for key, the same for locks
+// and semaphores. It returns once the SUBSCRIBE is written to the driver's
+// one pub/sub connection (dialed on first use, within ctx), without waiting
+// for the server to confirm it: a release in the next instant may go
+// unnoticed. The caller must Close the subscription.
+func (d *Driver) WatchReleases(ctx context.Context, key string) (backends.Subscription, error) {
+	if d.closed.Load() {
+		return nil, backends.ErrClosed
+	}
+	sub, err := d.notify.Watch(ctx, key)
+	return sub, d.wrap(err)
+}
+
+// wrap turns a node's *LimitError into backends.LimitMismatch, and marks an
+// error caused by a concurrent Close as ErrClosed as well.
+func (d *Driver) wrap(err error) error {
+	var le *redisnode.LimitError
+	if errors.As(err, &le) {
+		return backends.LimitMismatch(le.Key, le.Limit, le.Holders)
+	}
+	if err == nil || errors.Is(err, backends.ErrNotHeld) || errors.Is(err, backends.ErrNotAcquired) || errors.Is(err, backends.ErrInvalid) {
+		return err
+	}
+	return backends.MarkClosed(d.closed.Load(), err)
+}
 
 // Close stops release notices (closing the shared pub/sub connection and
 // awaiting its goroutine) and closes the client if the driver created it
@@ -396,9 +180,9 @@ func (d *Driver) wrap(err error) error { return backends.MarkClosed(d.closed.Loa
 func (d *Driver) Close() error {
 	d.closeOnce.Do(func() {
 		d.closed.Store(true)
-		d.notify.close()
+		d.notify.Close()
 		if d.owned {
-			d.closeErr = d.client.Close()
+			d.closeErr = d.node.Client().Close()
 		}
 	})
 	return d.closeErr

@@ -15,6 +15,7 @@ import (
 	"github.com/dsync-dev/dsync/backends"
 	"github.com/dsync-dev/dsync/backends/backendtest"
 	"github.com/dsync-dev/dsync/backends/redis"
+	"github.com/dsync-dev/dsync/internal/redisnode"
 	"github.com/dsync-dev/dsync/internal/testenv/redistest"
 )
 
@@ -298,7 +299,7 @@ func TestFencesStrictlyIncrease(t *testing.T) {
 	same, other := "", ""
 	for i := 0; same == "" || other == ""; i++ {
 		k := fmt.Sprint("k", i)
-		if redis.FenceKey("", k) == redis.FenceKey("", key) {
+		if redisnode.FenceKey("", k) == redisnode.FenceKey("", key) {
 			same = k
 		} else {
 			other = k
@@ -391,7 +392,7 @@ func TestLayout(t *testing.T) {
 		t.Fatal(err)
 	}
 	sort.Strings(keys)
-	fence := redis.FenceKey("app:", "job")
+	fence := redisnode.FenceKey("app:", "job")
 	if !strings.HasPrefix(fence, "app:fence:{") {
 		t.Errorf("FenceKey = %q, want app:fence:{...}", fence)
 	}

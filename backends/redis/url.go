@@ -11,6 +11,7 @@ import (
 
 	"github.com/dsync-dev/dsync"
 	"github.com/dsync-dev/dsync/backends"
+	"github.com/dsync-dev/dsync/internal/redisnode"
 )
 
 // probeTimeout bounds the PING of a URL-opened driver when the caller's
@@ -75,7 +76,7 @@ func openURL(ctx context.Context, u *url.URL) (backends.Driver, error) {
 		if opts.Prefix == "" {
 			return nil, backends.Invalid(`url option "prefix"`, "empty (leave it out for the default %q)", DefaultPrefix)
 		}
-		if err := checkPrefix(opts.Prefix); err != nil {
+		if err := redisnode.CheckPrefix(opts.Prefix); err != nil {
 			return nil, backends.Invalid(`url option "prefix"`, "%s", err)
 		}
 	}

@@ -36,7 +36,7 @@ func (c *Config) Attempt(ctx context.Context) (*Lease, error) {
 	}
 	expires := start.Add(g.TTL - c.Drift(g.TTL))
 	if !time.Now().Before(expires) {
-		_ = release(ctx, c, cmp.Or(g.Key, c.Key), token)
+		_ = release(ctx, c, c.Key, token)
 		return nil, fmt.Errorf("%w: %q: the attempt took longer than the lease's validity (ttl %v)", dsync.ErrNotAcquired, c.Key, g.TTL)
 	}
 	return newLease(c, c.Key, token, g, start, expires), nil

@@ -21,7 +21,6 @@
 package lease
 
 import (
-	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -46,12 +45,10 @@ func NewToken() string {
 type Lease struct {
 	cfg      *Config
 	key      string
-	holdKey  string // the key of the hold on the driver: Grant.Key, else key
 	token    string
 	fence    uint64
 	ttl      time.Duration // granted by the server
 	acquired time.Time     // start of the attempt that obtained the hold
-	voters   []int         // Grant.Voters
 
 	mu         sync.Mutex // protects the fields below
 	expires    time.Time
@@ -74,7 +71,7 @@ var _ dsync.Lease = (*Lease)(nil)
 
 func newLease(cfg *Config, key, token string, g backends.Grant, start time.Time, expires time.Time) *Lease {
 	l := &Lease{
-		cfg: cfg, key: key, holdKey: cmp.Or(g.Key, key), token: token, fence: g.Fence, ttl: g.TTL, acquired: start, voters: g.Voters,
+		cfg: cfg, key: key, token: token, fence: g.Fence, ttl: g.TTL, acquired: start,
 		expires: expires,
 	}
 	return l
@@ -91,10 +88,6 @@ func (l *Lease) HoldToken() string { return l.token }
 
 // TTL is the time to live the backend granted.
 func (l *Lease) TTL() time.Duration { return l.ttl }
-
-// Voters lists the nodes that granted the hold (Redlock), by index; nil for
-// single-server backends.
-func (l *Lease) Voters() []int { return l.voters }
 
 // Expires implements dsync.Lease.
 func (l *Lease) Expires() time.Time {
@@ -220,7 +213,7 @@ func (l *Lease) Extend(ctx context.Context) error {
 	}
 	l.mu.Unlock()
 
-	err := l.cfg.Driver.Refresh(ctx, l.holdKey, l.token, l.ttl)
+	err := l.cfg.Driver.Refresh(ctx, l.key, l.token, l.ttl)
 
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -311,7 +304,7 @@ func (l *Lease) Release(ctx context.Context) error {
 	l.mu.Unlock()
 	l.autoWG.Wait()
 
-	err := release(ctx, l.cfg, l.holdKey, l.token)
+	err := release(ctx, l.cfg, l.key, l.token)
 	if lost != nil {
 		// The lease was lost before; the hold may still have been there.
 		return fmt.Errorf("%w: %w", dsync.ErrNotHeld, lost)

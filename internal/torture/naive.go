@@ -12,27 +12,8 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/dsync-dev/dsync"
+	"github.com/dsync-dev/dsync/internal/testenv/redistest"
 )
-
-// naiveSemAcquire is one node's part of the naive majority semaphore, the
-// design the Redlock semaphore must not be: a sorted set of holder tokens
-// scored by expiry on the server's clock, admitting a token while fewer
-// than the limit are live. A client holds a permit when a majority of the
-// nodes admitted it. With 5 nodes and size 2, clients admitted by nodes
-// {0,1,2}, {2,3,4} and {0,1,3} each hold a majority while no node admits
-// more than 2: three holders. It exists as the negative control of the
-// semaphore checker.
-//
-// KEYS[1] the set; ARGV[1] the token, ARGV[2] the limit, ARGV[3] the TTL in
-// milliseconds. Returns 1 if admitted.
-var naiveSemAcquire = goredis.NewScript(`local t = redis.call("TIME")
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-redis.call("ZREMRANGEBYSCORE", KEYS[1], "-inf", now)
-if redis.call("ZCARD", KEYS[1]) >= tonumber(ARGV[2]) then
-	return 0
-end
-redis.call("ZADD", KEYS[1], now + tonumber(ARGV[3]), ARGV[1])
-return 1`)
 
 // naive is a client of the naive majority semaphore on a set of nodes.
 type naive struct {
@@ -90,7 +71,7 @@ func (n *naive) acquire(ctx context.Context) (hold, error) {
 		token := hex.EncodeToString(b[:])
 		start := time.Now()
 		votes := n.each(ctx, func(ctx context.Context, c *goredis.Client) bool {
-			ok, err := naiveSemAcquire.Run(ctx, c, []string{n.key}, token, n.size, n.ttl.Milliseconds()).Int()
+			ok, err := redistest.NaiveSemAcquire.Run(ctx, c, []string{n.key}, token, n.size, n.ttl.Milliseconds()).Int()
 			return err == nil && ok == 1
 		})
 		validity := n.ttl - time.Since(start) - n.ttl/100 - 2*time.Millisecond

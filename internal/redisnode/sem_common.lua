@@ -1,5 +1,5 @@
 -- sem_common.lua: the semaphore helpers, put by the driver in front of
--- sem_acquire.lua, release.lua, refresh.lua and holder.lua (one script each).
+-- sem_acquire.lua, release.lua, refresh.lua and holder.lua.
 --
 -- A semaphore of size N on key K is the sorted set P{K}: each holder's
 -- token scored by the expiry of its hold in ms of the server's clock (TIME,

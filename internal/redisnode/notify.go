@@ -1,4 +1,4 @@
-package redis
+package redisnode
 
 import (
 	"context"
@@ -14,11 +14,12 @@ import (
 // it was the channel's last watcher; Close has no context of its own.
 const unsubscribeTimeout = 2 * time.Second
 
-// notifier multiplexes every watcher of a driver over one pub/sub
-// connection, created on the first WatchReleases. A channel is subscribed on
-// the server while it has at least one watcher.
-type notifier struct {
-	d *Driver
+// Notifier multiplexes every watcher of a node's release notices over one
+// pub/sub connection, created on the first Watch. A channel is subscribed
+// on the server while it has at least one watcher. Close awaits its one
+// goroutine.
+type Notifier struct {
+	node *Node
 
 	// subMu serializes SUBSCRIBE and UNSUBSCRIBE with the reference counts
 	// they follow, so that a channel's last watcher leaving and a new one
@@ -34,28 +35,22 @@ type notifier struct {
 	wg       sync.WaitGroup                    // the dispatcher
 }
 
-func (n *notifier) init(d *Driver) {
-	n.d = d
-	n.watchers = map[string]map[*subscription]bool{}
+// NewNotifier returns the release notices of node's keys.
+func NewNotifier(node *Node) *Notifier {
+	return &Notifier{node: node, watchers: map[string]map[*subscription]bool{}}
 }
 
-// WatchReleases subscribes to release notices for key. It returns once the
+// Watch subscribes to release notices for key. It returns once the
 // SUBSCRIBE is written to the shared pub/sub connection (dialing it first if
 // needed, within ctx), without waiting for the server to confirm it: a
 // release in the next instant may go unnoticed. The caller must Close the
-// subscription. The subscription's channel is never closed.
-func (d *Driver) WatchReleases(ctx context.Context, key string) (backends.Subscription, error) {
-	if d.closed.Load() {
-		return nil, backends.ErrClosed
-	}
-	hold, err := d.holdKey(key)
+// subscription. The subscription's channel is never closed. After Close it
+// returns ErrClosed.
+func (n *Notifier) Watch(ctx context.Context, key string) (backends.Subscription, error) {
+	channel, err := n.node.Channel(key)
 	if err != nil {
 		return nil, err
 	}
-	return d.notify.watch(ctx, hold+":released")
-}
-
-func (n *notifier) watch(ctx context.Context, channel string) (*subscription, error) {
 	s := &subscription{n: n, channel: channel, c: make(chan struct{}, 1)}
 
 	n.subMu.Lock()
@@ -67,7 +62,7 @@ func (n *notifier) watch(ctx context.Context, channel string) (*subscription, er
 		return nil, backends.ErrClosed
 	}
 	if n.ps == nil {
-		n.ps = n.d.client.Subscribe(context.Background()) // no channel: no I/O yet
+		n.ps = n.node.client.Subscribe(context.Background()) // no channel: no I/O yet
 	}
 	ps := n.ps
 	subs := n.watchers[channel]
@@ -91,7 +86,7 @@ func (n *notifier) watch(ctx context.Context, channel string) (*subscription, er
 			if closing {
 				return nil, backends.ErrClosed
 			}
-			return nil, n.d.wrap(err)
+			return nil, err
 		}
 	}
 
@@ -118,7 +113,7 @@ func (n *notifier) watch(ctx context.Context, channel string) (*subscription, er
 // dispatch hands each release message to the watchers of its channel,
 // without blocking: a watcher that has not taken the last notice yet has
 // nothing to gain from a second one.
-func (n *notifier) dispatch(msgs <-chan *goredis.Message) {
+func (n *Notifier) dispatch(msgs <-chan *goredis.Message) {
 	defer n.wg.Done()
 	for m := range msgs {
 		n.mu.Lock()
@@ -132,7 +127,7 @@ func (n *notifier) dispatch(msgs <-chan *goredis.Message) {
 	}
 }
 
-func (n *notifier) unwatch(s *subscription) {
+func (n *Notifier) unwatch(s *subscription) {
 	n.subMu.Lock()
 	defer n.subMu.Unlock()
 
@@ -153,7 +148,7 @@ func (n *notifier) unwatch(s *subscription) {
 
 // removeLocked removes s from its channel's watchers and reports whether it
 // was the last one. n.mu must be held.
-func (n *notifier) removeLocked(s *subscription) (last bool) {
+func (n *Notifier) removeLocked(s *subscription) (last bool) {
 	subs := n.watchers[s.channel]
 	if !subs[s] {
 		return false
@@ -166,8 +161,9 @@ func (n *notifier) removeLocked(s *subscription) (last bool) {
 	return true
 }
 
-// close ends the pub/sub connection and awaits the dispatcher.
-func (n *notifier) close() {
+// Close ends the pub/sub connection and awaits the dispatcher. It is
+// idempotent.
+func (n *Notifier) Close() {
 	n.mu.Lock()
 	n.closing = true
 	ps := n.ps
@@ -182,7 +178,7 @@ func (n *notifier) close() {
 
 // subscription is one watcher of one key's release channel.
 type subscription struct {
-	n       *notifier
+	n       *Notifier
 	channel string
 	c       chan struct{} // buffered(1): notices coalesce
 	once    sync.Once

@@ -1,4 +1,4 @@
-package redis_test
+package redisnode_test
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/dsync-dev/dsync/backends"
-	"github.com/dsync-dev/dsync/backends/redis"
+	"github.com/dsync-dev/dsync/internal/redisnode"
 	"github.com/dsync-dev/dsync/internal/testenv/redistest"
 )
 
@@ -19,31 +19,44 @@ import (
 // redlock package tests the quorum over them. These tests check one node:
 // the layout, the limit marker and its lifetime, fencing, mismatches.
 
-func slotDriver(t *testing.T) (*redis.Driver, *goredis.Client, context.Context) {
+func slotDriver(t *testing.T) (*redisnode.Node, *goredis.Client, context.Context) {
 	t.Helper()
 	srv := redistest.Start(t, nil)
 	client := srv.NewClient(t)
-	d, err := redis.New(client, nil)
+	d, err := redisnode.New(client, "")
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
-	t.Cleanup(func() { _ = d.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	t.Cleanup(cancel)
 	return d, client, ctx
 }
 
-func slotReq(key, token string, limit int) backends.Request {
-	return backends.Request{Key: key, Token: token, TTL: time.Minute, Limit: limit, Fence: true}
+// slotReq is an attempt on slot of a semaphore of limit slots.
+type slotReq struct {
+	redisnode.Target
+	redisnode.Hold
 }
 
-func mustSlot(t *testing.T, ctx context.Context, d *redis.Driver, r backends.Request, slot int) backends.Grant {
+func newSlotReq(key, token string, limit, slot int) slotReq {
+	return slotReq{redisnode.Target{Key: key, Slot: slot, Slots: limit}, redisnode.Hold{Token: token, TTL: time.Minute, Fence: true}}
+}
+
+func lockReq(key, token string) slotReq {
+	return slotReq{redisnode.Target{Key: key}, redisnode.Hold{Token: token, TTL: time.Minute, Fence: true}}
+}
+
+func (r slotReq) try(ctx context.Context, d *redisnode.Node) (uint64, error) {
+	return d.Acquire(ctx, r.Target, r.Hold)
+}
+
+func mustSlot(t *testing.T, ctx context.Context, d *redisnode.Node, r slotReq) uint64 {
 	t.Helper()
-	g, err := d.AcquireSlot(ctx, r, slot, 0)
+	f, err := r.try(ctx, d)
 	if err != nil {
-		t.Fatalf("AcquireSlot(%q, slot %d, token %q): %v", r.Key, slot, r.Token, err)
+		t.Fatalf("Acquire(%+v, token %q): %v", r.Target, r.Token, err)
 	}
-	return g
+	return f
 }
 
 func keysOf(t *testing.T, ctx context.Context, c *goredis.Client) []string {
@@ -58,16 +71,16 @@ func keysOf(t *testing.T, ctx context.Context, c *goredis.Client) []string {
 
 func TestSlotLayoutAndLifetime(t *testing.T) {
 	d, c, ctx := slotDriver(t)
-	r0 := slotReq("sem", "a", 3)
+	r0 := newSlotReq("sem", "a", 3, 0)
 	r0.Value = []byte("va")
-	g0 := mustSlot(t, ctx, d, r0, 0)
-	short := slotReq("sem", "b", 3)
+	g0 := mustSlot(t, ctx, d, r0)
+	short := newSlotReq("sem", "b", 3, 2)
 	short.TTL = 30 * time.Second
-	g2 := mustSlot(t, ctx, d, short, 2)
-	if g0.Fence == 0 || g2.Fence <= g0.Fence {
-		t.Errorf("fences %d then %d: want non-zero and strictly increasing across slots", g0.Fence, g2.Fence)
+	g2 := mustSlot(t, ctx, d, short)
+	if g0 == 0 || g2 <= g0 {
+		t.Errorf("fences %d then %d: want non-zero and strictly increasing across slots", g0, g2)
 	}
-	fence := redis.FenceKey("", "sem")
+	fence := redisnode.FenceKey("", "sem")
 	want := []string{fence, "dsync:{sem}", "dsync:{sem}:slot:0", "dsync:{sem}:slot:2"}
 	if got := keysOf(t, ctx, c); !slices.Equal(got, want) {
 		t.Fatalf("keys %q, want %q", got, want)
@@ -78,8 +91,8 @@ func TestSlotLayoutAndLifetime(t *testing.T) {
 	if v := c.Get(ctx, "dsync:{sem}").Val(); v != "\n3" {
 		t.Errorf("marker = %q, want %q", v, "\n3")
 	}
-	if n, _ := c.Get(ctx, fence).Uint64(); n != g2.Fence {
-		t.Errorf("fence counter %d, want the last grant's %d", n, g2.Fence)
+	if n, _ := c.Get(ctx, fence).Uint64(); n != g2 {
+		t.Errorf("fence counter %d, want the last grant's %d", n, g2)
 	}
 	markerTTL := func() time.Duration { return c.PTTL(ctx, "dsync:{sem}").Val() }
 	if m := markerTTL(); m < 55*time.Second {
@@ -87,31 +100,31 @@ func TestSlotLayoutAndLifetime(t *testing.T) {
 	}
 
 	// A taken slot refuses; another token's refresh and release are no-ops.
-	if _, err := d.AcquireSlot(ctx, slotReq("sem", "c", 3), 0, 0); !errors.Is(err, backends.ErrNotAcquired) {
+	if _, err := newSlotReq("sem", "c", 3, 0).try(ctx, d); !errors.Is(err, backends.ErrNotAcquired) {
 		t.Errorf("AcquireSlot of a taken slot: %v, want ErrNotAcquired", err)
 	}
-	if err := d.RefreshSlot(ctx, "sem", 0, "c", time.Minute); !errors.Is(err, backends.ErrNotHeld) {
+	if err := d.Refresh(ctx, redisnode.Target{Key: "sem", Slot: 0, Slots: 3}, "c", time.Minute); !errors.Is(err, backends.ErrNotHeld) {
 		t.Errorf("RefreshSlot by another token: %v, want ErrNotHeld", err)
 	}
-	if err := d.ReleaseSlot(ctx, "sem", 0, "c"); !errors.Is(err, backends.ErrNotHeld) {
+	if err := d.Release(ctx, redisnode.Target{Key: "sem", Slot: 0, Slots: 3}, "c", true); !errors.Is(err, backends.ErrNotHeld) {
 		t.Errorf("ReleaseSlot by another token: %v, want ErrNotHeld", err)
 	}
 
 	// Refresh keeps the marker at least as long as the slot.
-	if err := d.RefreshSlot(ctx, "sem", 2, "b", 2*time.Minute); err != nil {
+	if err := d.Refresh(ctx, redisnode.Target{Key: "sem", Slot: 2, Slots: 3}, "b", 2*time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	if m := markerTTL(); m < 115*time.Second {
 		t.Errorf("marker PTTL %v after a slot was refreshed to 2m, want about 2m", m)
 	}
 
-	holds, err := d.SlotHolds(ctx, "sem")
+	holds, err := d.Holds(ctx, "sem")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(holds) != 2 || holds[0].Slot != 0 || holds[0].Token != "a" || string(holds[0].Value) != "va" || holds[0].Limit != 3 ||
-		holds[1].Slot != 2 || holds[1].Token != "b" || holds[1].Value != nil || holds[1].TTL < 115*time.Second {
-		t.Errorf("SlotHolds = %+v", holds)
+	if len(holds) != 2 || holds[0].Target != (redisnode.Target{Key: "sem", Slot: 0, Slots: 3}) || holds[0].Token != "a" || string(holds[0].Value) != "va" ||
+		holds[1].Target != (redisnode.Target{Key: "sem", Slot: 2, Slots: 3}) || holds[1].Token != "b" || holds[1].Value != nil || holds[1].TTL < 115*time.Second {
+		t.Errorf("Holds = %+v", holds)
 	}
 
 	// Releasing the longer slot cuts the marker to the one left; releasing
@@ -137,7 +150,7 @@ func TestSlotLayoutAndLifetime(t *testing.T) {
 		}
 		return m.Payload
 	}
-	if err := d.ReleaseSlot(ctx, "sem", 2, "b"); err != nil {
+	if err := d.Release(ctx, redisnode.Target{Key: "sem", Slot: 2, Slots: 3}, "b", true); err != nil {
 		t.Fatal(err)
 	}
 	if got := next("ReleaseSlot"); got != "released" {
@@ -146,7 +159,7 @@ func TestSlotLayoutAndLifetime(t *testing.T) {
 	if m := markerTTL(); m > 61*time.Second || m < 50*time.Second {
 		t.Errorf("marker PTTL %v after the 2m slot's release, want the 1m slot's", m)
 	}
-	if err := d.WithdrawSlot(ctx, "sem", 0, "a"); err != nil {
+	if err := d.Release(ctx, redisnode.Target{Key: "sem", Slot: 0, Slots: 3}, "a", false); err != nil {
 		t.Fatal(err)
 	}
 	if got := next("WithdrawSlot"); got != "marker" {
@@ -155,21 +168,21 @@ func TestSlotLayoutAndLifetime(t *testing.T) {
 	if got := keysOf(t, ctx, c); !slices.Equal(got, []string{fence}) {
 		t.Errorf("keys after the last slot went: %q, want only the fence counter", got)
 	}
-	if err := d.ReleaseSlot(ctx, "sem", 0, "a"); !errors.Is(err, backends.ErrNotHeld) {
+	if err := d.Release(ctx, redisnode.Target{Key: "sem", Slot: 0, Slots: 3}, "a", true); !errors.Is(err, backends.ErrNotHeld) {
 		t.Errorf("second release: %v, want ErrNotHeld", err)
 	}
 	// With no holder left, the key forgets its limit.
-	g := mustSlot(t, ctx, d, slotReq("sem", "d", 5), 4)
-	if g.Fence <= g2.Fence {
-		t.Errorf("fence %d after the semaphore emptied, want above %d", g.Fence, g2.Fence)
+	g := mustSlot(t, ctx, d, newSlotReq("sem", "d", 5, 4))
+	if g <= g2 {
+		t.Errorf("fence %d after the semaphore emptied, want above %d", g, g2)
 	}
 }
 
 func TestSlotExpiryTakesMarker(t *testing.T) {
 	d, c, ctx := slotDriver(t)
-	r := slotReq("sem", "a", 2)
+	r := newSlotReq("sem", "a", 2, 1)
 	r.TTL = 100 * time.Millisecond
-	mustSlot(t, ctx, d, r, 1)
+	mustSlot(t, ctx, d, r)
 	deadline := time.Now().Add(5 * time.Second)
 	for len(keysOf(t, ctx, c)) > 1 {
 		if time.Now().After(deadline) {
@@ -177,51 +190,56 @@ func TestSlotExpiryTakesMarker(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if err := d.RefreshSlot(ctx, "sem", 1, "a", time.Minute); !errors.Is(err, backends.ErrNotHeld) {
+	if err := d.Refresh(ctx, r.Target, "a", time.Minute); !errors.Is(err, backends.ErrNotHeld) {
 		t.Errorf("RefreshSlot after expiry: %v, want ErrNotHeld", err)
 	}
-	if got := keysOf(t, ctx, c); !slices.Equal(got, []string{redis.FenceKey("", "sem")}) {
+	if got := keysOf(t, ctx, c); !slices.Equal(got, []string{redisnode.FenceKey("", "sem")}) {
 		t.Errorf("RefreshSlot after expiry left %q", got)
 	}
 }
 
 func TestSlotLimitMismatch(t *testing.T) {
 	d, _, ctx := slotDriver(t)
-	mustSlot(t, ctx, d, slotReq("sem", "a", 3), 1)
-	var le *redis.LimitError
-	_, err := d.AcquireSlot(ctx, slotReq("sem", "b", 2), 0, 0)
+	mustSlot(t, ctx, d, newSlotReq("sem", "a", 3, 1))
+	var le *redisnode.LimitError
+	_, err := newSlotReq("sem", "b", 2, 0).try(ctx, d)
 	if !errors.As(err, &le) || le.Limit != 2 || le.Holders != 3 {
 		t.Fatalf("AcquireSlot with limit 2 while 3 holds: %v, want a LimitError 2 vs 3", err)
 	}
 	if errors.Is(err, backends.ErrInvalid) {
 		t.Error("one node's LimitError matches ErrInvalid; only a quorum's mismatch may")
 	}
-	// The lock of the key is refused beside the slots (its SET NX meets
-	// the marker) and says why when withdrawn.
-	if _, err := d.AcquireSeeded(ctx, backends.Request{Key: "sem", Token: "l", TTL: time.Minute, Fence: true}, 0); !errors.Is(err, backends.ErrNotAcquired) {
-		t.Errorf("lock beside a semaphore's slots: %v, want ErrNotAcquired", err)
+	// The lock of the key is refused beside the slots, and says why, with
+	// fencing (one script) and without (SET NX, then the key's limit).
+	for _, fence := range []bool{true, false} {
+		l := lockReq("sem", "l")
+		l.Fence = fence
+		if _, err := l.try(ctx, d); !errors.As(err, &le) || le.Limit != 1 || le.Holders != 3 {
+			t.Errorf("lock beside a semaphore's slots (fence %v): %v, want a LimitError 1 vs 3", fence, err)
+		}
 	}
-	if err := d.WithdrawLock(ctx, "sem", "l"); !errors.As(err, &le) || le.Limit != 1 || le.Holders != 3 {
-		t.Errorf("WithdrawLock beside the slots: %v, want a LimitError 1 vs 3", err)
+	if err := d.Release(ctx, redisnode.Target{Key: "sem"}, "l", false); !errors.Is(err, backends.ErrNotHeld) {
+		t.Errorf("withdrawal of the refused lock: %v, want ErrNotHeld", err)
 	}
 
 	// A held lock refuses slots.
-	if _, err := d.AcquireSeeded(ctx, backends.Request{Key: "lock", Token: "l", TTL: time.Minute, Fence: true}, 0); err != nil {
-		t.Fatal(err)
+	mustSlot(t, ctx, d, lockReq("lock", "l"))
+	if _, err := newSlotReq("lock", "b", 2, 0).try(ctx, d); !errors.As(err, &le) || le.Holders != 1 {
+		t.Errorf("slot while the lock is held: %v, want a LimitError naming 1", err)
 	}
-	if _, err := d.AcquireSlot(ctx, slotReq("lock", "b", 2), 0, 0); !errors.As(err, &le) || le.Holders != 1 {
-		t.Errorf("AcquireSlot while the lock is held: %v, want a LimitError naming 1", err)
+	if _, err := lockReq("lock", "m").try(ctx, d); !errors.Is(err, backends.ErrNotAcquired) {
+		t.Errorf("lock while the lock is held: %v, want ErrNotAcquired", err)
 	}
-	if err := d.WithdrawLock(ctx, "lock", "other"); !errors.Is(err, backends.ErrNotHeld) {
-		t.Errorf("WithdrawLock of another token: %v, want ErrNotHeld", err)
+	if err := d.Release(ctx, redisnode.Target{Key: "lock"}, "other", false); !errors.Is(err, backends.ErrNotHeld) {
+		t.Errorf("withdrawal by another token: %v, want ErrNotHeld", err)
 	}
-	if err := d.WithdrawLock(ctx, "lock", "l"); err != nil {
-		t.Errorf("WithdrawLock of the holder: %v", err)
+	if err := d.Release(ctx, redisnode.Target{Key: "lock"}, "l", false); err != nil {
+		t.Errorf("withdrawal by the holder: %v", err)
 	}
-	mustSlot(t, ctx, d, slotReq("lock", "b", 2), 0)
-	holds, err := d.SlotHolds(ctx, "nothing")
+	mustSlot(t, ctx, d, newSlotReq("lock", "b", 2, 0))
+	holds, err := d.Holds(ctx, "nothing")
 	if err != nil || len(holds) != 0 {
-		t.Errorf("SlotHolds of a free key: %v, %v", holds, err)
+		t.Errorf("Holds of a free key: %v, %v", holds, err)
 	}
 }
 
@@ -229,26 +247,22 @@ func TestSlotInvalid(t *testing.T) {
 	d, _, ctx := slotDriver(t)
 	for _, tc := range []struct {
 		name string
-		req  backends.Request
-		slot int
+		req  slotReq
 	}{
-		{"limit 1", slotReq("k", "t", 1), 0},
-		{"slot at the limit", slotReq("k", "t", 2), 2},
-		{"negative slot", slotReq("k", "t", 2), -1},
-		{"limit above MaxSlots", slotReq("k", "t", redis.MaxSlots+1), 0},
-		{"empty token", slotReq("k", "", 2), 0},
-		{"token with a newline", slotReq("k", "a\nb", 2), 0},
+		{"limit 1", newSlotReq("k", "t", 1, 0)},
+		{"slot at the limit", newSlotReq("k", "t", 2, 2)},
+		{"negative slot", newSlotReq("k", "t", 2, -1)},
+		{"limit above MaxSlots", newSlotReq("k", "t", redisnode.MaxSlots+1, 0)},
+		{"empty token", newSlotReq("k", "", 2, 0)},
+		{"token with a newline", newSlotReq("k", "a\nb", 2, 0)},
+		{"empty key", newSlotReq("", "t", 2, 0)},
 	} {
-		if _, err := d.AcquireSlot(ctx, tc.req, tc.slot, 0); !errors.Is(err, backends.ErrInvalid) {
+		if _, err := tc.req.try(ctx, d); !errors.Is(err, backends.ErrInvalid) {
 			t.Errorf("%s: %v, want ErrInvalid", tc.name, err)
 		}
 	}
-	if err := d.RefreshSlot(ctx, "k", redis.MaxSlots, "t", time.Second); !errors.Is(err, backends.ErrInvalid) {
-		t.Errorf("RefreshSlot of slot MaxSlots: %v, want ErrInvalid", err)
-	}
-	_ = d.Close()
-	if _, err := d.AcquireSlot(ctx, slotReq("k", "t", 2), 0, 0); !errors.Is(err, backends.ErrClosed) {
-		t.Errorf("AcquireSlot after Close: %v, want ErrClosed", err)
+	if err := d.Refresh(ctx, redisnode.Target{Key: "k", Slot: redisnode.MaxSlots, Slots: redisnode.MaxSlots}, "t", time.Second); !errors.Is(err, backends.ErrInvalid) {
+		t.Errorf("Refresh of slot MaxSlots: %v, want ErrInvalid", err)
 	}
 }
 
@@ -267,17 +281,23 @@ func TestSeededCounters(t *testing.T) {
 	}
 	for _, step := range []time.Duration{0, time.Millisecond, 7500 * time.Millisecond} {
 		stepUS := max(step.Microseconds(), 1)
-		acquire := map[string]func(key string) (backends.Grant, error){
-			"lock": func(key string) (backends.Grant, error) {
-				return d.AcquireSeeded(ctx, backends.Request{Key: key, Token: "t", TTL: time.Minute, Fence: true}, step)
+		acquire := map[string]func(key string) (uint64, error){
+			"lock": func(key string) (uint64, error) {
+				r := lockReq(key, "t")
+				r.SeedStep = step
+				return r.try(ctx, d)
 			},
-			"slot": func(key string) (backends.Grant, error) { return d.AcquireSlot(ctx, slotReq(key, "t", 2), 1, step) },
+			"slot": func(key string) (uint64, error) {
+				r := newSlotReq(key, "t", 2, 1)
+				r.SeedStep = step
+				return r.try(ctx, d)
+			},
 		}
 		for kind, acquire := range acquire {
 			key := fmt.Sprintf("%s-%v", kind, step)
 			// Each key must seed a counter of its own: no earlier key of
 			// the test may share its hash slot.
-			if c.Exists(ctx, redis.FenceKey("", key)).Val() == 1 {
+			if c.Exists(ctx, redisnode.FenceKey("", key)).Val() == 1 {
 				t.Fatalf("%s shares its fence counter with an earlier key of the test: rename it", key)
 			}
 			before := serverMicros()
@@ -286,15 +306,15 @@ func TestSeededCounters(t *testing.T) {
 				t.Fatalf("%s, step %v: %v", kind, step, err)
 			}
 			after := serverMicros()
-			seed := int64(g.Fence) - 1
+			seed := int64(g) - 1
 			if seed%stepUS != 0 || seed > after || seed <= before-stepUS {
 				t.Errorf("%s, step %v: counter seeded at %d, want a multiple of %d µs in (%d, %d]", kind, step, seed, stepUS, before-stepUS, after)
 			}
 			if err := c.Del(ctx, "dsync:{"+key+"}", "dsync:{"+key+"}:slot:1").Err(); err != nil {
 				t.Fatal(err)
 			}
-			if g2, err := acquire(key); err != nil || g2.Fence != g.Fence+1 {
-				t.Errorf("%s, step %v, again: fence %d, %v; want %d", kind, step, g2.Fence, err, g.Fence+1)
+			if g2, err := acquire(key); err != nil || g2 != g+1 {
+				t.Errorf("%s, step %v, again: fence %d, %v; want %d", kind, step, g2, err, g+1)
 			}
 		}
 	}

@@ -1,4 +1,4 @@
--- slot_holders.lua: every live hold of a key, lock or semaphore slots.
+-- holds.lua: every live hold of a key on a Redlock node, lock or slots.
 --
 -- KEYS[1]  the lock's hold, or the semaphore's marker   P{K}
 --

@@ -1,0 +1,41 @@
+-- acquire.lua: one attempt on a lock, or on one slot of a Redlock
+-- semaphore. Runs after fence.lua and hold.lua.
+--
+-- KEYS[1]  the hold                 P{K} for a lock, P{K}:slot:I for slot I
+-- KEYS[2]  the key's own hold       P{K}: the lock, or the slots' marker
+-- KEYS[3]  the fence counter        P fence:{T}, T in K's slot
+-- ARGV[1]  the hold's value         token, or token .. "\n" .. value
+-- ARGV[2]  time to live, in ms
+-- ARGV[3]  the limit                1 for a lock, N for a slot
+-- ARGV[4]  "1" to draw a fencing token, "0" not to
+-- ARGV[5]  the seed step of a missing counter, in microseconds (see
+--          fence.lua)
+--
+-- Returns -M when K is held with another limit M; 0 when the hold is
+-- taken; otherwise the new fence counter when one was asked for, or 1.
+local limit = tonumber(ARGV[3])
+local slot = KEYS[1] ~= KEYS[2]
+-- A slot checks the key's limit before its SET NX; a lock's SET NX comes
+-- first, and only a refused one asks which limit holds the key.
+local held = slot and held_limit(KEYS[2])
+if held and held ~= limit then
+	return -held
+end
+if not redis.call("SET", KEYS[1], ARGV[1], "NX", "PX", ARGV[2]) then
+	held = held or held_limit(KEYS[2])
+	if held and held ~= limit then
+		return -held
+	end
+	return 0
+end
+if slot then
+	if held then
+		marker_stretch(KEYS[2], tonumber(ARGV[2]))
+	else
+		redis.call("SET", KEYS[2], "\n" .. limit, "PX", ARGV[2])
+	end
+end
+if ARGV[4] ~= "1" then
+	return 1
+end
+return fence_draw(KEYS[3], tonumber(ARGV[5]))

@@ -1,0 +1,238 @@
+package redisnode
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/dsync-dev/dsync/backends"
+)
+
+// Hold is what an attempt asks a node for.
+type Hold struct {
+	Token string
+	Value []byte
+	// TTL is applied in whole milliseconds.
+	TTL time.Duration
+	// Fence asks for the key's fence counter to be drawn.
+	Fence bool
+	// SeedStep: a missing fence counter starts at the server's clock in
+	// microseconds rounded down to a multiple of it (below 1µs: 1µs), so
+	// that Redlock nodes seeding it at nearly the same time start it equal.
+	SeedStep time.Duration
+}
+
+// value is the hold as stored: the token, or token + "\n" + value.
+func (h Hold) value() string {
+	if len(h.Value) == 0 {
+		return h.Token
+	}
+	return h.Token + "\n" + string(h.Value)
+}
+
+func flag(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
+}
+
+// Acquire makes one attempt to hold t. It returns the drawn fence counter
+// (0 unless h.Fence), ErrNotAcquired when t is held, or a *LimitError when
+// the key is held with another limit. Any other error leaves the outcome
+// unknown: Release the target to be sure.
+func (n *Node) Acquire(ctx context.Context, t Target, h Hold) (uint64, error) {
+	hold, own, err := n.keys(t)
+	if err != nil {
+		return 0, err
+	}
+	if err := checkToken(h.Token); err != nil {
+		return 0, err
+	}
+	ttl := h.TTL.Truncate(time.Millisecond)
+	if hold == own && !h.Fence {
+		// Nothing to draw and no marker to keep: a plain SET NX PX,
+		// several times cheaper for Redis than a script.
+		err := n.client.SetArgs(ctx, hold, h.value(), goredis.SetArgs{Mode: "NX", TTL: ttl}).Err()
+		if errors.Is(err, goredis.Nil) {
+			return 0, n.refusal(ctx, t, own)
+		}
+		return 0, err
+	}
+	r, err := acquireScript.Run(ctx, n.client, []string{hold, own, fenceKey(n.prefix, own)},
+		h.value(), ttl.Milliseconds(), t.limit(), flag(h.Fence), max(h.SeedStep.Microseconds(), 1)).Int64()
+	return verdict(t.Key, t.limit(), h.Fence, r, err)
+}
+
+// refusal is the verdict on a lock whose SET NX failed: a *LimitError when
+// the key is held with another limit, else ErrNotAcquired (also when the
+// question fails: the SET's verdict stands).
+func (n *Node) refusal(ctx context.Context, t Target, own string) error {
+	held, err := limitScript.Run(ctx, n.client, []string{own}).Int64()
+	if err != nil || held == 0 || held == int64(t.limit()) {
+		return backends.ErrNotAcquired
+	}
+	return &LimitError{Key: t.Key, Limit: t.limit(), Holders: int(held)}
+}
+
+// verdict decodes an acquire script's answer: -M another limit M, 0 taken,
+// else the fence counter when one was drawn.
+func verdict(key string, limit int, fence bool, r int64, err error) (uint64, error) {
+	switch {
+	case err != nil:
+		return 0, err
+	case r < 0:
+		return 0, &LimitError{Key: key, Limit: limit, Holders: int(-r)}
+	case r == 0:
+		return 0, backends.ErrNotAcquired
+	case !fence:
+		return 0, nil
+	}
+	return uint64(r), nil
+}
+
+// AcquireSet makes one attempt on the single-server semaphore of key of
+// size size (2..MaxSetSize): a sorted set of holders scored by expiry on
+// the server's clock, pruned of expired holders first. Its verdicts are
+// Acquire's.
+func (n *Node) AcquireSet(ctx context.Context, key string, size int, h Hold) (uint64, error) {
+	own, err := n.ownKey(key)
+	if err != nil {
+		return 0, err
+	}
+	if err := checkToken(h.Token); err != nil {
+		return 0, err
+	}
+	r, err := semAcquireScript.Run(ctx, n.client, []string{own, fenceKey(n.prefix, own), own + ":values"},
+		h.Token, h.TTL.Milliseconds(), flag(h.Fence), size, h.Value).Int64()
+	return verdict(key, size, h.Fence, r, err)
+}
+
+// Refresh resets the TTL of token's hold of t, and never re-creates an
+// expired one: that, or a hold of another token, is ErrNotHeld.
+func (n *Node) Refresh(ctx context.Context, t Target, token string, ttl time.Duration) error {
+	return n.run(ctx, refreshScript, t, token, ttl.Milliseconds())
+}
+
+// Release deletes token's hold of t, and only that, publishing a release
+// notice on the key's channel when notify is set (an attempt that failed
+// is withdrawn without one: it released nothing anybody waited for). A
+// hold that expired or belongs to another token is ErrNotHeld.
+func (n *Node) Release(ctx context.Context, t Target, token string, notify bool) error {
+	return n.run(ctx, releaseScript, t, token, flag(notify))
+}
+
+// run runs release.lua or refresh.lua on t: 1 done, 0 ErrNotHeld.
+func (n *Node) run(ctx context.Context, s *goredis.Script, t Target, token string, arg any) error {
+	hold, own, err := n.keys(t)
+	if err != nil {
+		return err
+	}
+	if err := checkToken(token); err != nil {
+		return err
+	}
+	r, err := s.Run(ctx, n.client, []string{hold, own, own + ":values"}, token, arg).Int64()
+	if err == nil && r == 0 {
+		return backends.ErrNotHeld
+	}
+	return err
+}
+
+// RaiseFence raises key's fence counter to at least token: Redlock's
+// write-back, which makes a token visible to every later quorum.
+func (n *Node) RaiseFence(ctx context.Context, key string, token uint64) error {
+	own, err := n.ownKey(key)
+	if err != nil {
+		return err
+	}
+	return raiseFenceScript.Run(ctx, n.client, []string{fenceKey(n.prefix, own)}, strconv.FormatUint(token, 10)).Err()
+}
+
+// Holder reports a single server's holder of key: the lock's, or of a
+// semaphore the live holder that expires last; ErrNotHeld when none.
+func (n *Node) Holder(ctx context.Context, key string) (backends.HolderInfo, error) {
+	own, err := n.ownKey(key)
+	if err != nil {
+		return backends.HolderInfo{}, err
+	}
+	res, err := holderScript.Run(ctx, n.client, []string{own, own + ":values"}).Slice()
+	if errors.Is(err, goredis.Nil) {
+		return backends.HolderInfo{}, backends.ErrNotHeld
+	}
+	if err != nil {
+		return backends.HolderInfo{}, err
+	}
+	if len(res) != 2 {
+		return backends.HolderInfo{}, fmt.Errorf("redis: holder.lua returned %d values, want 2", len(res))
+	}
+	v, ok1 := res[0].(string)
+	pttl, ok2 := res[1].(int64)
+	if !ok1 || !ok2 {
+		return backends.HolderInfo{}, fmt.Errorf("redis: holder.lua returned %T, %T, want string, integer", res[0], res[1])
+	}
+	var info backends.HolderInfo
+	if v != "" {
+		info.Value = []byte(v)
+	}
+	info.TTL = remaining(pttl)
+	return info, nil
+}
+
+// Held is one live hold of a key on a Redlock node.
+type Held struct {
+	// Target is where the hold is: the key's lock, or one of its slots.
+	Target Target
+	// Token and Value are the hold's.
+	Token string
+	Value []byte
+	// TTL is the remaining time to live as the server reports it.
+	TTL time.Duration
+}
+
+// Holds lists the live holds of key on a Redlock node, lock or slots, in
+// slot order; none when key is free.
+func (n *Node) Holds(ctx context.Context, key string) ([]Held, error) {
+	own, err := n.ownKey(key)
+	if err != nil {
+		return nil, err
+	}
+	res, err := holdsScript.Run(ctx, n.client, []string{own}).Slice()
+	if err != nil || len(res) == 0 {
+		return nil, err
+	}
+	limit, ok := res[0].(int64)
+	if !ok || len(res)%3 != 1 {
+		return nil, fmt.Errorf("redis: holds.lua returned %d values starting with %T", len(res), res[0])
+	}
+	out := make([]Held, 0, len(res)/3)
+	for i := 1; i < len(res); i += 3 {
+		slot, ok1 := res[i].(int64)
+		v, ok2 := res[i+1].(string)
+		pttl, ok3 := res[i+2].(int64)
+		if !ok1 || !ok2 || !ok3 {
+			return nil, errors.New("redis: holds.lua returned a malformed hold")
+		}
+		h := Held{Target: Target{Key: key}, Token: v, TTL: remaining(pttl)}
+		if limit > 1 {
+			h.Target.Slot, h.Target.Slots = int(slot), int(limit)
+		}
+		if tok, val, found := strings.Cut(v, "\n"); found {
+			h.Token = tok
+			if val != "" {
+				h.Value = []byte(val)
+			}
+		}
+		out = append(out, h)
+	}
+	return out, nil
+}
+
+// remaining is a PTTL reply as a duration: zero for a key without expiry.
+func remaining(pttl int64) time.Duration {
+	return time.Duration(max(pttl, 0)) * time.Millisecond
+}

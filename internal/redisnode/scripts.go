@@ -1,0 +1,45 @@
+package redisnode
+
+import (
+	_ "embed"
+
+	goredis "github.com/redis/go-redis/v9"
+)
+
+// Each script is one Lua file after the helpers it calls (fence.lua,
+// hold.lua, sem_common.lua), run with EVALSHA, falling back to EVAL when
+// the server's script cache was emptied.
+var (
+	//go:embed fence.lua
+	fenceSrc string
+	//go:embed hold.lua
+	holdSrc string
+	//go:embed sem_common.lua
+	semCommonSrc string
+
+	//go:embed acquire.lua
+	acquireSrc string
+	//go:embed sem_acquire.lua
+	semAcquireSrc string
+	//go:embed release.lua
+	releaseSrc string
+	//go:embed refresh.lua
+	refreshSrc string
+	//go:embed limit.lua
+	limitSrc string
+	//go:embed holder.lua
+	holderSrc string
+	//go:embed holds.lua
+	holdsSrc string
+	//go:embed raise_fence.lua
+	raiseFenceSrc string
+
+	acquireScript    = goredis.NewScript(fenceSrc + holdSrc + acquireSrc)
+	semAcquireScript = goredis.NewScript(fenceSrc + semCommonSrc + semAcquireSrc)
+	releaseScript    = goredis.NewScript(semCommonSrc + holdSrc + releaseSrc)
+	refreshScript    = goredis.NewScript(semCommonSrc + holdSrc + refreshSrc)
+	limitScript      = goredis.NewScript(holdSrc + limitSrc)
+	holderScript     = goredis.NewScript(semCommonSrc + holderSrc)
+	holdsScript      = goredis.NewScript(holdsSrc)
+	raiseFenceScript = goredis.NewScript(raiseFenceSrc)
+)

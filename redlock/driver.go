@@ -1,0 +1,301 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-multierror"
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/dsync-dev/dsync/backends"
+)
+
+// Defaults of Options.
+const (
+	DefaultMaxTTL = time.Minute
+	// The per-node timeout defaults to a few percent of the TTL, within
+	// these bounds.
+	defaultNodeTimeoutShare = 0.03
+	minNodeTimeout          = 50 * time.Millisecond
+	maxNodeTimeout          = time.Second
+	probeTimeout            = 5 * time.Second
+)
+
+// ErrNoQuorum: fewer than a quorum of nodes answered (down, paused, cut off,
+// or quarantined after a restart). Errors matching it also match
+// ErrNotAcquired when they come from an acquisition.
+var ErrNoQuorum = errors.New("dsync: redlock: quorum unreachable")
+
+// Options configure a Driver. A nil *Options means defaults.
+type Options struct {
+	// Prefix of every Redis key and channel, as in the redis backend.
+	// Default "dsync:".
+	Prefix string
+	// NodeTimeout bounds each node's part of a fan-out: a node that has not
+	// answered by then counts as a refusal. Default: 3% of the request's
+	// TTL, at least 50ms and at most 1s.
+	NodeTimeout time.Duration
+	// MaxTTL is the largest TTL any client of these nodes uses: larger TTLs
+	// are rejected, and a node whose server process is younger than MaxTTL
+	// is quarantined until it is not. Default 1 minute.
+	MaxTTL time.Duration
+	// NoQuarantine lets restarted nodes vote at once. It is unsafe (a node
+	// restarted without persistence can grant a held lock twice) and exists
+	// for tests that show why quarantine is on by default.
+	NoQuarantine bool
+	// Logger receives configuration warnings (an even number of nodes).
+	// Default nil: nothing is logged.
+	Logger *slog.Logger
+}
+
+// NodeError is one node's part of a failed fan-out. It unwraps to the
+// node's error (a go-redis error, dsync.ErrNotAcquired for a node that
+// holds the key for someone else, dsync.ErrNotHeld, ErrQuarantined for a
+// node restarted less than MaxTTL ago, a context error for a node that timed out).
+type NodeError struct {
+	Index int
+	Addr  string
+	Err   error
+}
+
+func (e *NodeError) Error() string {
+	return fmt.Sprintf("node %d (%s): %v", e.Index, e.Addr, e.Err)
+}
+
+func (e *NodeError) Unwrap() error { return e.Err }
+
+// MaxNodes is the most masters a Driver takes.
+const MaxNodes = 64
+
+// Driver is the Redlock driver over N independent Redis masters. It
+// implements backends.Driver and is safe for concurrent use.
+type Driver struct {
+	nodes       []*node
+	quorum      int
+	nodeTimeout time.Duration // Options.NodeTimeout; zero: from the TTL
+	maxTTL      time.Duration
+	caps        backends.Capabilities
+
+	// ctx parents every node request, so that Close cuts stragglers short.
+	ctx    context.Context
+	cancel context.CancelFunc
+	closed atomic.Bool
+	once   sync.Once
+
+	// spawnMu orders every wg.Add before Close's wg.Wait or after none: a
+	// WaitGroup must not be added to from zero while it is waited on.
+	spawnMu  sync.Mutex
+	stopping bool           // Close has begun; protected by spawnMu
+	wg       sync.WaitGroup // the node requests' goroutines, which spawn starts
+	idle     chan func()    // unbuffered: spawn hands f to a worker waiting here (pool.go)
+	// noWorkers runs every node request on a fresh goroutine; set only by
+	// BenchmarkWorkers, to show what the workers save.
+	noWorkers bool
+
+	mu       sync.Mutex        // protects inFlight
+	inFlight map[holdRef]*hold // attempts with node requests in flight
+
+	won wonHolds // the holds won, by (key, token): where each one is
+}
+
+var _ backends.Driver = (*Driver)(nil)
+
+// New connects to the nodes (one go-redis client each, configured from the
+// given options) and probes them within ctx. It fails when fewer than a
+// quorum answer, when two entries reach the same server (same run_id), or
+// on invalid options. Each client is set up for dsync: no go-redis retries
+// (one attempt per call), context deadlines honoured, and a connection hook
+// that reads the server's run_id and uptime for the restart quarantine
+// (chained after an OnConnect of the caller's).
+func New(ctx context.Context, nodes []*goredis.Options, opts *Options) (*Driver, error) {
+	o := Options{}
+	if opts != nil {
+		o = *opts
+	}
+	if err := o.check(nodes); err != nil {
+		return nil, err
+	}
+	d := &Driver{
+		quorum:      len(nodes)/2 + 1,
+		nodeTimeout: o.NodeTimeout,
+		maxTTL:      o.MaxTTL,
+		inFlight:    map[holdRef]*hold{},
+		idle:        make(chan func()),
+		caps: backends.Capabilities{
+			ReleaseNotices: true,
+			Name:           "redlock", MaxLimit: MaxLimit, Fencing: true,
+			TTLResolution: time.Millisecond, MaxTTL: o.MaxTTL,
+		},
+	}
+	d.won.init()
+	d.ctx, d.cancel = context.WithCancel(context.Background())
+	for i, no := range nodes {
+		n, err := newNode(i, no, &o)
+		if err != nil {
+			_ = d.Close()
+			return nil, err
+		}
+		d.nodes = append(d.nodes, n)
+	}
+	if err := d.probe(ctx); err != nil {
+		_ = d.Close()
+		return nil, err
+	}
+	if len(nodes)%2 == 0 && o.Logger != nil {
+		o.Logger.Warn("dsync: redlock: an even number of nodes tolerates no more failures than one node fewer",
+			"nodes", len(nodes), "quorum", d.quorum)
+	}
+	return d, nil
+}
+
+// check validates o and the node list, and fills in MaxTTL's default.
+func (o *Options) check(nodes []*goredis.Options) error {
+	if len(nodes) == 0 {
+		return backends.Invalid("nodes", "none given")
+	}
+	if len(nodes) > MaxNodes {
+		return backends.Invalid("nodes", "%d given; at most %d are supported", len(nodes), MaxNodes)
+	}
+	if o.MaxTTL == 0 {
+		o.MaxTTL = DefaultMaxTTL
+	}
+	if o.MaxTTL < 0 {
+		return backends.Invalid("max ttl", "%v is negative", o.MaxTTL)
+	}
+	if o.NodeTimeout < 0 {
+		return backends.Invalid("node timeout", "%v is negative", o.NodeTimeout)
+	}
+	if o.NodeTimeout > 0 && 2*o.NodeTimeout >= o.MaxTTL {
+		return backends.Invalid("node timeout", "%v leaves no validity for a TTL of max_ttl %v (two rounds must fit well within the TTL)", o.NodeTimeout, o.MaxTTL)
+	}
+	seen := map[string]int{}
+	for i, no := range nodes {
+		if no == nil || no.Addr == "" {
+			return backends.Invalid("nodes", "node %d has no address", i)
+		}
+		if j, dup := seen[no.Addr]; dup {
+			return backends.Invalid("nodes", "%s is listed twice (nodes %d and %d)", no.Addr, j, i)
+		}
+		seen[no.Addr] = i
+	}
+	return nil
+}
+
+// probe pings every node (which also records its run_id) and rejects
+// duplicates and a quorum that cannot be reached.
+func (d *Driver) probe(ctx context.Context) error {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, probeTimeout)
+		defer cancel()
+	}
+	errs := make([]error, len(d.nodes))
+	var wg sync.WaitGroup
+	for i, n := range d.nodes {
+		wg.Go(func() { errs[i] = n.client.Ping(ctx).Err() })
+	}
+	wg.Wait()
+	var merr *multierror.Error
+	byRunID := map[string]int{}
+	for i, n := range d.nodes {
+		if errs[i] != nil {
+			merr = appendErr(merr, &NodeError{Index: i, Addr: n.addr, Err: errs[i]})
+			continue
+		}
+		id := n.currentRunID()
+		if j, dup := byRunID[id]; dup && id != "" {
+			return backends.Invalid("nodes", "%s and %s are the same server (run_id %s)", d.nodes[j].addr, n.addr, id)
+		}
+		byRunID[id] = i
+	}
+	if up := len(d.nodes) - count(merr); up < d.quorum {
+		return fmt.Errorf("%w: %d of %d nodes answered, %d needed: %w", ErrNoQuorum, up, len(d.nodes), d.quorum, merr.ErrorOrNil())
+	}
+	return nil
+}
+
+// Capabilities reports fencing, 1 ms TTLs, MaxTTL, and semaphores of up
+// to MaxLimit slots.
+func (d *Driver) Capabilities() backends.Capabilities { return d.caps }
+
+// Quorum is the number of nodes that must agree: N/2+1.
+func (d *Driver) Quorum() int { return d.quorum }
+
+// Nodes lists the nodes' addresses, by index.
+func (d *Driver) Nodes() []string {
+	out := make([]string, len(d.nodes))
+	for i, n := range d.nodes {
+		out[i] = n.addr
+	}
+	return out
+}
+
+// CheckTTL implements backends.Driver: the TTL must fit two rounds of
+// the per-node timeout, and not exceed MaxTTL.
+func (d *Driver) CheckTTL(ttl time.Duration) error {
+	if err := backends.CheckTTL(ttl, d.caps); err != nil {
+		return err
+	}
+	_, err := d.timeoutFor(ttl)
+	return err
+}
+
+// timeoutFor returns the per-node timeout for a TTL, or an *InvalidError if
+// the TTL cannot fit two rounds of it.
+func (d *Driver) timeoutFor(ttl time.Duration) (time.Duration, error) {
+	nt := d.nodeTimeout
+	if nt == 0 {
+		nt = min(max(time.Duration(float64(ttl)*defaultNodeTimeoutShare), minNodeTimeout), maxNodeTimeout)
+	}
+	if 2*nt >= ttl {
+		return 0, backends.Invalid("ttl", "%v is too small for the redlock per-node timeout of %v (two rounds must fit well within the TTL)", ttl, nt)
+	}
+	return nt, nil
+}
+
+// QuarantineCheck returns an error matching ErrQuarantined, naming the
+// nodes, when any node is in restart quarantine at now; nil otherwise.
+func (d *Driver) QuarantineCheck(now time.Time) error {
+	var merr *multierror.Error
+	for _, n := range d.nodes {
+		if err := n.quarantined(now); err != nil {
+			merr = appendErr(merr, &NodeError{Index: n.index, Addr: n.addr, Err: err})
+		}
+	}
+	return merr.ErrorOrNil()
+}
+
+// nodeCtx bounds one node request by timeout and by Close, not by the
+// caller's context: a fan-out returns when that ends, and its requests
+// finish in the background.
+func (d *Driver) nodeCtx(timeout time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(d.ctx, timeout)
+}
+
+// Close stops the node requests still in flight, awaits every goroutine,
+// and closes the nodes' clients. Holds are left to expire. Close is
+// idempotent.
+func (d *Driver) Close() error {
+	var err error
+	d.once.Do(func() {
+		d.closed.Store(true)
+		d.spawnMu.Lock()
+		d.stopping = true
+		d.spawnMu.Unlock()
+		d.cancel()
+		d.wg.Wait()
+		var merr *multierror.Error
+		for _, n := range d.nodes {
+			if e := n.close(); e != nil {
+				merr = appendErr(merr, e)
+			}
+		}
+		err = merr.ErrorOrNil()
+	})
+	return err
+}

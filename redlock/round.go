@@ -1,0 +1,406 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/hashicorp/go-multierror"
+
+	"github.com/dsync-dev/dsync/backends"
+	"github.com/dsync-dev/dsync/internal/redisnode"
+)
+
+// onGrant, when set (by tests), is told the voters of every hold won.
+var onGrant func(key, token string, voters []int)
+
+// holdRef names an attempt's hold: where it is, and its token (one token
+// tries several slots of a semaphore, one after the other).
+type holdRef struct {
+	t     redisnode.Target
+	token string
+}
+
+// hold tracks an attempt while some of its node requests are in flight, so
+// that a hold applied after the attempt failed, or after the lease was
+// released, is withdrawn from that node when its reply arrives. Its fields
+// are protected by Driver.mu.
+type hold struct {
+	pending int  // node requests in flight
+	decided bool // the attempt has returned
+	keep    bool // it succeeded and the lease is not released
+	// inFlight marks the nodes whose request has not landed, by index
+	// (New allows at most MaxNodes).
+	inFlight uint64
+	// landing, when a release waits for a node's request to land, is
+	// closed (and cleared) at the next landing.
+	landing chan struct{}
+}
+
+type vote struct {
+	node    *node
+	fence   uint64
+	err     error
+	applied bool // the node set the key, even if its vote does not count
+	// mayHold: the node may hold the key: applied, or its request failed
+	// with an outcome unknown.
+	mayHold bool
+}
+
+// refusedOutright reports a node's answer that leaves nothing behind on it:
+// the key was held, or held with another limit.
+func refusedOutright(err error) bool {
+	var le *redisnode.LimitError
+	return errors.Is(err, backends.ErrNotAcquired) || errors.As(err, &le)
+}
+
+// refusal says what a refused round means for the attempt it is part of.
+type refusal int
+
+const (
+	final refusal = iota // the attempt ends: no quorum answered, ctx ended, another limit, the fencing round failed
+	taken                // a quorum of nodes held the target: a semaphore tries its next slot
+	split                // the vote split, or some nodes did not answer: a semaphore tries its next slot
+)
+
+// Acquire makes one Redlock attempt (see attempt). For a lock (req.Limit
+// at most 1) that is one round on the key's lock. For a semaphore
+// (req.Limit above 1) it makes such a round on each of the semaphore's
+// slots in turn, starting from a random one, and stops at the first slot
+// won; Refresh and Release find that slot from the key and token. A slot
+// refused by a quorum is withdrawn before the next slot is tried, so a
+// failed Acquire leaves nothing behind. It fails with ErrNotAcquired when
+// every slot is refused, at once with an error matching ErrNoQuorum when
+// fewer than a quorum of nodes answer, and with the error of
+// backends.LimitMismatch when a quorum of nodes hold the key with another
+// limit (1: its lock).
+func (d *Driver) Acquire(ctx context.Context, req backends.Request) (backends.Grant, error) {
+	if d.closed.Load() {
+		return backends.Grant{}, backends.ErrClosed
+	}
+	if err := backends.CheckRequest(req, d.caps); err != nil {
+		return backends.Grant{}, err
+	}
+	nt, err := d.timeoutFor(req.TTL)
+	if err != nil {
+		return backends.Grant{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return backends.Grant{}, fmt.Errorf("%w: %w", backends.ErrNotAcquired, err)
+	}
+	if req.Limit > 1 {
+		return d.acquireSlots(ctx, req, nt)
+	}
+	g, _, err := d.attempt(ctx, redisnode.Target{Key: req.Key}, req, nt)
+	return g, err
+}
+
+// attempt makes one Redlock round on t (a lock, or one slot of a
+// semaphore): the parallel fan-out decided at quorum, then, if req.Fence
+// and fewer than a quorum of the voters drew the token, the write-back
+// round of the fencing token. A failed round is withdrawn (see
+// withdrawRound); on a refusal, attempt says whether another slot is worth
+// a try.
+func (d *Driver) attempt(ctx context.Context, t redisnode.Target, req backends.Request, nt time.Duration) (backends.Grant, refusal, error) {
+	r := d.round(ctx, holdRef{t, req.Token}, req, nt)
+	ok := len(r.granted) >= d.quorum
+	var fence uint64
+	if ok && req.Fence {
+		var err error
+		if fence, err = d.fence(ctx, r, req.Key, nt); err != nil {
+			d.decide(r, false)
+			d.withdrawRound(r, nt, true)
+			return backends.Grant{}, final, fmt.Errorf("%w: %w: %w", backends.ErrNotAcquired, ErrNoQuorum, err)
+		}
+	}
+	d.decide(r, ok)
+	if ok {
+		d.won.add(req.Key, req.Token, t, req.TTL)
+		if onGrant != nil {
+			onGrant(req.Key, req.Token, r.voters())
+		}
+		return r.grant(fence, req.TTL), 0, nil
+	}
+	// A lock is withdrawn from every node, to the letter of the
+	// specification; a semaphore's slot only where it may be held, so that
+	// a taken slot costs one round trip, not two.
+	d.withdrawRound(r, nt, t.Slots == 0)
+	if holders := d.limitQuorum(r.refused); holders > 0 {
+		return backends.Grant{}, final, backends.LimitMismatch(req.Key, max(req.Limit, 1), holders)
+	}
+	err := d.notAcquired(ctx, len(r.granted), r.refused)
+	if ctx.Err() != nil || errors.Is(err, ErrNoQuorum) {
+		return backends.Grant{}, final, err
+	}
+	held := 0
+	for _, e := range r.refused.WrappedErrors() {
+		if errors.Is(e, backends.ErrNotAcquired) {
+			held++
+		}
+	}
+	if held >= d.quorum {
+		return backends.Grant{}, taken, err
+	}
+	return backends.Grant{}, split, err
+}
+
+// round is one Redlock attempt on one target: its requests, sent to every
+// node not quarantined, and the votes collected until it was decided.
+type round struct {
+	ref     holdRef
+	h       *hold
+	votes   chan vote // buffered for every node
+	seen    []vote    // the votes collected
+	granted []vote
+	refused *multierror.Error
+}
+
+// seedSteps: a node seeds a missing fence counter from its clock rounded
+// down to MaxTTL/seedSteps, so that nodes seeding a counter in the same
+// round nearly always start it equal, and the round needs no write-back;
+// the guarantee then asks the nodes' clocks to agree to within 7/8 of
+// MaxTTL rather than all of it.
+const seedSteps = 8
+
+// round sends req for ref to every node not quarantined, in parallel, and
+// collects votes until quorum is reached or out of reach, the per-node
+// timeout passes, or ctx ends. The caller must decide the round.
+func (d *Driver) round(ctx context.Context, ref holdRef, req backends.Request, nt time.Duration) *round {
+	start := time.Now()
+	h := redisnode.Hold{Token: req.Token, Value: req.Value, TTL: req.TTL, Fence: req.Fence, SeedStep: d.maxTTL / seedSteps}
+	r := &round{ref: ref, h: &hold{}, votes: make(chan vote, len(d.nodes))}
+	for _, n := range d.nodes {
+		if err := n.quarantined(start); err != nil {
+			r.votes <- vote{node: n, err: err}
+			continue
+		}
+		d.mu.Lock()
+		if r.h.pending == 0 {
+			d.inFlight[ref] = r.h
+		}
+		r.h.pending++
+		r.h.inFlight |= 1 << n.index
+		d.mu.Unlock()
+		started := d.spawn(func() {
+			// A reply later than the TTL is moot: the key has expired
+			// by then.
+			nctx, cancel := d.nodeCtx(req.TTL)
+			fence, err := n.node.Acquire(nctx, ref.t, h)
+			cancel()
+			v := vote{node: n, fence: fence, err: err, applied: err == nil, mayHold: err == nil || !refusedOutright(err)}
+			if err == nil {
+				// A request that found its connection broken by a restart
+				// ran on a new one, whose hook has only now learned the
+				// server's uptime: the check made before sending it was
+				// about the previous process.
+				if qerr := n.quarantined(time.Now()); qerr != nil {
+					v.err = qerr
+				}
+			}
+			d.landed(r, v)
+		})
+		if !started {
+			d.landed(r, vote{node: n, err: backends.ErrClosed})
+		}
+	}
+	r.seen, r.granted, r.refused = d.collect(ctx, r.votes, start.Add(nt))
+	return r
+}
+
+// collect gathers votes until quorum is reached or out of reach, the
+// per-node deadline passes, or ctx ends. A node that has not voted by then
+// counts as a refusal.
+func (d *Driver) collect(ctx context.Context, votes <-chan vote, deadline time.Time) (seen, granted []vote, refused *multierror.Error) {
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	answered := make([]bool, len(d.nodes))
+	n := len(d.nodes)
+	for len(granted) < d.quorum && count(refused) <= n-d.quorum && len(granted)+count(refused) < n {
+		select {
+		case v := <-votes:
+			seen = append(seen, v)
+			answered[v.node.index] = true
+			if v.err == nil {
+				granted = append(granted, v)
+			} else {
+				refused = appendErr(refused, &NodeError{Index: v.node.index, Addr: v.node.addr, Err: v.err})
+			}
+			continue
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		for i, a := range answered {
+			if !a {
+				err := ctx.Err()
+				if err == nil {
+					err = fmt.Errorf("no answer within the per-node timeout: %w", context.DeadlineExceeded)
+				}
+				refused = appendErr(refused, &NodeError{Index: i, Addr: d.nodes[i].addr, Err: err})
+			}
+		}
+		break
+	}
+	return seen, granted, refused
+}
+
+// landed delivers a node's vote, or, once the round has been decided,
+// withdraws a late hold that nobody will release otherwise.
+func (d *Driver) landed(r *round, v vote) {
+	d.mu.Lock()
+	h := r.h
+	h.pending--
+	h.inFlight &^= 1 << v.node.index
+	if h.pending == 0 {
+		delete(d.inFlight, r.ref)
+	}
+	if h.landing != nil {
+		close(h.landing)
+		h.landing = nil
+	}
+	if !h.decided {
+		// Sent under mu, so that once the round is decided its every
+		// vote is either in the channel or withdrawn here.
+		r.votes <- v // buffered for every node: never blocks
+		d.mu.Unlock()
+		return
+	}
+	keep := h.keep
+	d.mu.Unlock()
+	if v.applied && !keep {
+		d.withdraw(r.ref, v.node, maxNodeTimeout)
+	}
+}
+
+// decide records a round's outcome for its stragglers.
+func (d *Driver) decide(r *round, ok bool) {
+	d.mu.Lock()
+	r.h.decided, r.h.keep = true, ok
+	d.mu.Unlock()
+}
+
+// withdrawRound undoes a decided, failed round, in parallel, and waits for
+// the nodes: on every node when all is set (the specification's step 5,
+// even the nodes it believes it could not lock), else on the nodes that
+// may hold it (they granted it, or their outcome is unknown: a node that
+// refused outright answered that it holds nothing of this token). Nodes
+// still in flight withdraw when their reply lands (see landed).
+func (d *Driver) withdrawRound(r *round, nt time.Duration, all bool) {
+	seen := r.seen
+	// The votes that landed between collect and decide wait in the channel.
+	for more := true; more; {
+		select {
+		case v := <-r.votes:
+			seen = append(seen, v)
+		default:
+			more = false
+		}
+	}
+	var mayHold uint64 // by node index
+	for _, v := range seen {
+		if v.mayHold {
+			mayHold |= 1 << v.node.index
+		}
+	}
+	sel := everyNode
+	if !all {
+		sel = func(n *node, _ time.Time) error {
+			if mayHold&(1<<n.index) == 0 {
+				return errNothingHeld
+			}
+			return nil
+		}
+	}
+	d.fanOut(d.ctx, nt, sel, func(ctx context.Context, n *node) error {
+		return n.node.Release(ctx, r.ref.t, r.ref.token, false)
+	})
+}
+
+// errNothingHeld: the node refused the round outright.
+var errNothingHeld = errors.New("nothing to withdraw")
+
+// withdraw undoes ref on one node, silently, within timeout.
+func (d *Driver) withdraw(ref holdRef, n *node, timeout time.Duration) {
+	ctx, cancel := d.nodeCtx(timeout)
+	defer cancel()
+	_ = n.node.Release(ctx, ref.t, ref.token, false)
+}
+
+// fence returns the fencing counter of a won round: the largest among its
+// voters. Unless a quorum of them drew that very counter, it is written
+// back first, so that every later quorum meets a node holding it; when
+// they did, those nodes hold it already.
+func (d *Driver) fence(ctx context.Context, r *round, key string, nt time.Duration) (uint64, error) {
+	var fence uint64
+	drew := 0 // voters whose counter is fence
+	for _, v := range r.granted {
+		switch {
+		case v.fence > fence:
+			fence, drew = v.fence, 1
+		case v.fence == fence:
+			drew++
+		}
+	}
+	if drew >= d.quorum {
+		return fence, nil
+	}
+	acks, errs := d.fanOut(ctx, nt, voting, func(ctx context.Context, n *node) error {
+		return n.node.RaiseFence(ctx, key, fence)
+	})
+	if acks < d.quorum {
+		return 0, fmt.Errorf("fencing token write-back acknowledged by %d of %d nodes, %d needed: %w", acks, len(d.nodes), d.quorum, errs.ErrorOrNil())
+	}
+	return fence, nil
+}
+
+// voters lists the indexes of the nodes that granted a round, in order.
+func (r *round) voters() []int {
+	out := make([]int, 0, len(r.granted))
+	for _, v := range r.granted {
+		out = append(out, v.node.index)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func (d *Driver) notAcquired(ctx context.Context, granted int, refused *multierror.Error) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%w: %w: %w", backends.ErrNotAcquired, err, refused.ErrorOrNil())
+	}
+	// Nodes that refused outright answered; the others (down, slow, cut
+	// off, quarantined) did not. A round decided early leaves some nodes
+	// unheard, which says nothing about them.
+	silent := 0
+	for _, e := range refused.WrappedErrors() {
+		if !refusedOutright(e) {
+			silent++
+		}
+	}
+	if silent > len(d.nodes)-d.quorum {
+		return fmt.Errorf("%w: %w: %d of %d nodes answered, %d needed: %w",
+			backends.ErrNotAcquired, ErrNoQuorum, len(d.nodes)-silent, len(d.nodes), d.quorum, refused.ErrorOrNil())
+	}
+	return fmt.Errorf("%w: %d of %d nodes granted, %d needed: %w", backends.ErrNotAcquired, granted, len(d.nodes), d.quorum, refused.ErrorOrNil())
+}
+
+// limitQuorum returns the most common limit among the *redisnode.LimitError
+// refusals in errs when there are at least a quorum of them, else 0.
+func (d *Driver) limitQuorum(errs *multierror.Error) int {
+	limits := map[int]int{}
+	total, best := 0, 0
+	for _, e := range errs.WrappedErrors() {
+		var le *redisnode.LimitError
+		if errors.As(e, &le) {
+			total++
+			limits[le.Holders]++
+			if limits[le.Holders] > limits[best] || limits[le.Holders] == limits[best] && le.Holders < best {
+				best = le.Holders
+			}
+		}
+	}
+	if total < d.quorum {
+		return 0
+	}
+	return best
+}

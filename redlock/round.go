@@ -93,7 +93,12 @@ func (d *Driver) Acquire(ctx context.Context, req backends.Request) (backends.Gr
 	if req.Limit > 1 {
 		return d.acquireSlots(ctx, req, nt)
 	}
-	g, _, err := d.attempt(ctx, redisnode.Target{Key: req.Key}, req, nt)
+	g, why, err := d.attempt(ctx, redisnode.Target{Key: req.Key}, req, nt)
+	if err != nil && why == taken {
+		// A quorum of nodes held the lock: plain contention, which the SPI
+		// reports as the bare sentinel (the layer above words it).
+		return backends.Grant{}, backends.ErrNotAcquired
+	}
 	return g, err
 }
 

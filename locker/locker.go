@@ -38,7 +38,8 @@ const (
 // options. (Its shape is internal/lease's Options, which resolves it.)
 type Options struct {
 	// TTL is the time a lease lives on the backend unless extended.
-	// Default: the backend URL's ttl option, else DefaultTTL (10s).
+	// Zero means the default: the backend URL's ttl option, else
+	// DefaultTTL (10s); a negative TTL is invalid.
 	TTL time.Duration
 	// Retry spaces out the attempts of Acquire. Default: jittered
 	// exponential from the URL's retry_min/retry_max, else 10ms to 200ms
@@ -88,7 +89,8 @@ var _ dsync.Locker = (*Locker)(nil)
 
 // New returns a Locker for key on b. It checks the options against each
 // other and against the backend's capabilities, with no I/O: a nil
-// backend, an empty key, a TTL <= 0 or below the backend's resolution, or a
+// backend, an empty key, a negative TTL or one below the backend's
+// resolution (zero means the default), or a
 // TTL too small for the drift allowance and attempt timeout is an
 // *dsync.InvalidError naming the problem.
 func New(b *dsync.Backend, key string, opts *Options) (*Locker, error) {

@@ -198,3 +198,23 @@ func TestCancelledWaiterLeavesTheLine(t *testing.T) {
 		}
 	})
 }
+
+// TestZeroTTLMeansDefault: a zero TTL takes the default, a negative one is
+// refused before any I/O.
+func TestZeroTTLMeansDefault(t *testing.T) {
+	b, err := dsync.NewBackend(memory.New(nil), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	l, err := locker.New(b, "k", &locker.Options{TTL: 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.TTL() != locker.DefaultTTL {
+		t.Errorf("TTL 0 gave %v, want the default %v", l.TTL(), locker.DefaultTTL)
+	}
+	if _, err := locker.New(b, "k", &locker.Options{TTL: -time.Second}); !errors.Is(err, dsync.ErrInvalid) {
+		t.Errorf("TTL -1s: %v, want ErrInvalid", err)
+	}
+}

@@ -35,11 +35,7 @@ func runElect(ctx context.Context, args []string, io stdio) int {
 	id := c.String("id", "", "this candidate's `ID`, unique among the candidates (default: HOSTNAME-PID)")
 	c.fromEnv("id", "DSYNC_ID")
 	once := c.Bool("once", false, "exit after the first term instead of campaigning again")
-	p, code, ok := c.parse(args, io)
-	if !ok {
-		return code
-	}
-	name, code, ok := c.nameArg(p, io)
+	p, name, code, ok := c.parseNamed(args, io)
 	if !ok {
 		return code
 	}
@@ -54,10 +50,9 @@ func runElect(ctx context.Context, args []string, io stdio) int {
 		*id = fmt.Sprintf("%s-%d", host, os.Getpid())
 	}
 
-	b, err := dsync.Open(ctx, h.url)
-	if err != nil {
-		fmt.Fprintf(io.err, "dsync elect: %s\n", oneLine(err))
-		return exitUsage
+	b, code := c.open(ctx, h.url, io)
+	if b == nil {
+		return code
 	}
 	defer b.Close()
 	e, err := leader.New(b, name, *id, &leader.Options{TTL: h.ttl})

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -8,6 +9,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/dsync-dev/dsync"
 )
 
 // cmdFlags is a subcommand's flags with dsync's conventions: flags before or
@@ -128,6 +131,30 @@ func (c *cmdFlags) parse(args []string, io stdio) (p parsed, code int, ok bool) 
 		}
 	}
 	return p, 0, true
+}
+
+// parseNamed parses args (see parse) and checks that they name exactly one
+// NAME (see nameArg): the start of every subcommand that takes a NAME.
+func (c *cmdFlags) parseNamed(args []string, io stdio) (p parsed, name string, code int, ok bool) {
+	if p, code, ok = c.parse(args, io); !ok {
+		return p, "", code, false
+	}
+	name, code, ok = c.nameArg(p, io)
+	return p, name, code, ok
+}
+
+// noBackend is the usage error of a subcommand given no backend URL.
+const noBackend = "no backend: pass --url or set DSYNC_URL (see dsync url-help)"
+
+// open opens the backend at url, or prints one redacted line naming the
+// problem and returns exitUsage. The caller closes the backend.
+func (c *cmdFlags) open(ctx context.Context, url string, io stdio) (*dsync.Backend, int) {
+	b, err := dsync.Open(ctx, url)
+	if err != nil {
+		fmt.Fprintf(io.err, "dsync %s: %s\n", c.name, oneLine(err))
+		return nil, exitUsage
+	}
+	return b, exitOK
 }
 
 // name checks that p holds exactly one positional argument, a non-empty

@@ -47,7 +47,7 @@ func (h *holdFlags) define(c *cmdFlags, what string, lease bool) {
 func (h *holdFlags) check(c *cmdFlags) string {
 	switch {
 	case h.url == "":
-		return "no backend: pass --url or set DSYNC_URL (see dsync url-help)"
+		return noBackend
 	case h.try && c.explicit["timeout"]:
 		return "--try and --timeout exclude each other: --try makes one attempt, --timeout waits"
 	case h.ttl < 0:
@@ -118,11 +118,7 @@ func runHeld(ctx context.Context, args []string, io stdio, c *cmdFlags, what str
 	if size < 0 {
 		c.IntVar(&size, "size", 0, "the number of permits (required; every user of NAME must give the same)")
 	}
-	p, code, ok := c.parse(args, io)
-	if !ok {
-		return code
-	}
-	name, code, ok := c.nameArg(p, io)
+	p, name, code, ok := c.parseNamed(args, io)
 	if !ok {
 		return code
 	}
@@ -136,10 +132,9 @@ func runHeld(ctx context.Context, args []string, io stdio, c *cmdFlags, what str
 		return c.usageError(io.err, "--size must be given, and positive (got %d)", size)
 	}
 
-	b, err := dsync.Open(ctx, h.url)
-	if err != nil {
-		fmt.Fprintf(io.err, "dsync %s: %s\n", c.name, oneLine(err))
-		return exitUsage
+	b, code := c.open(ctx, h.url, io)
+	if b == nil {
+		return code
 	}
 	defer b.Close()
 	host, _ := os.Hostname()

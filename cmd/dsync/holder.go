@@ -39,11 +39,7 @@ func runHolder(ctx context.Context, args []string, io stdio) int {
 	c.url(&url)
 	size := c.Int("size", 1, "the semaphore's number of permits; 1 = a lock")
 	asJSON := c.Bool("json", false, "print one JSON object")
-	p, code, ok := c.parse(args, io)
-	if !ok {
-		return code
-	}
-	name, code, ok := c.nameArg(p, io)
+	p, name, code, ok := c.parseNamed(args, io)
 	if !ok {
 		return code
 	}
@@ -51,17 +47,19 @@ func runHolder(ctx context.Context, args []string, io stdio) int {
 	case p.hasCmd:
 		return c.usageError(io.err, "dsync holder runs no command")
 	case url == "":
-		return c.usageError(io.err, "no backend: pass --url or set DSYNC_URL (see dsync url-help)")
+		return c.usageError(io.err, noBackend)
 	case *size < 1:
 		return c.usageError(io.err, "--size must be positive (got %d)", *size)
 	}
-	b, err := dsync.Open(ctx, url)
-	if err != nil {
-		fmt.Fprintf(io.err, "dsync holder: %s\n", oneLine(err))
-		return exitUsage
+	b, code := c.open(ctx, url, io)
+	if b == nil {
+		return code
 	}
 	defer b.Close()
-	var info backends.HolderInfo
+	var (
+		info backends.HolderInfo
+		err  error
+	)
 	if *size == 1 {
 		l, lerr := locker.New(b, name, nil)
 		if lerr != nil {

@@ -44,11 +44,7 @@ func runLeader(ctx context.Context, args []string, io stdio) int {
 	watch := c.Bool("watch", false, "follow changes until interrupted")
 	asJSON := c.Bool("json", false, "print JSON objects, one a line")
 	interval := c.Duration("interval", watchInterval, "with --watch, how often to read the leader besides release notices")
-	p, code, ok := c.parse(args, io)
-	if !ok {
-		return code
-	}
-	name, code, ok := c.nameArg(p, io)
+	p, name, code, ok := c.parseNamed(args, io)
 	if !ok {
 		return code
 	}
@@ -56,14 +52,13 @@ func runLeader(ctx context.Context, args []string, io stdio) int {
 	case p.hasCmd:
 		return c.usageError(io.err, "dsync leader runs no command")
 	case url == "":
-		return c.usageError(io.err, "no backend: pass --url or set DSYNC_URL (see dsync url-help)")
+		return c.usageError(io.err, noBackend)
 	case *interval <= 0:
 		return c.usageError(io.err, "--interval must be positive")
 	}
-	b, err := dsync.Open(ctx, url)
-	if err != nil {
-		fmt.Fprintf(io.err, "dsync leader: %s\n", oneLine(err))
-		return exitUsage
+	b, code := c.open(ctx, url, io)
+	if b == nil {
+		return code
 	}
 	defer b.Close()
 	// An observer never campaigns; its ID is never stored.

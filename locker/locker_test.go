@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dsync-dev/dsync"
+	"github.com/dsync-dev/dsync/backends"
 	"github.com/dsync-dev/dsync/backends/memory"
 	"github.com/dsync-dev/dsync/internal/testenv/leakcheck"
 	"github.com/dsync-dev/dsync/internal/testenv/testutil"
@@ -216,5 +217,21 @@ func TestZeroTTLMeansDefault(t *testing.T) {
 	}
 	if _, err := locker.New(b, "k", &locker.Options{TTL: -time.Second}); !errors.Is(err, dsync.ErrInvalid) {
 		t.Errorf("TTL -1s: %v, want ErrInvalid", err)
+	}
+}
+
+// TestKeyOverLimit: a key over backends.MaxKeySize is refused by New,
+// before any I/O; one at the limit is accepted.
+func TestKeyOverLimit(t *testing.T) {
+	b, err := dsync.NewBackend(memory.New(nil), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if _, err := locker.New(b, strings.Repeat("k", backends.MaxKeySize), nil); err != nil {
+		t.Errorf("a key at the limit: %v", err)
+	}
+	if _, err := locker.New(b, strings.Repeat("k", backends.MaxKeySize+1), nil); !errors.Is(err, dsync.ErrInvalid) {
+		t.Errorf("a key one byte over the limit: %v, want ErrInvalid", err)
 	}
 }

@@ -45,6 +45,8 @@ type Config struct {
 	Driver  backends.Driver // Backend.Driver()
 	Key     string
 	Limit   int
+
+	lines *lines // the backend's local waiting lines (queue.go)
 }
 
 // New checks opts (nil means defaults) for leases of limit holders on key
@@ -58,6 +60,9 @@ func New(b *dsync.Backend, key string, limit int, opts *Options) (*Config, error
 	}
 	if key == "" {
 		return nil, backends.Invalid("key", "empty")
+	}
+	if len(key) > backends.MaxKeySize {
+		return nil, backends.Invalid("key", "%d bytes exceeds the maximum of %d", len(key), backends.MaxKeySize)
 	}
 	o := Options{}
 	if opts != nil {
@@ -92,7 +97,7 @@ func New(b *dsync.Backend, key string, limit int, opts *Options) (*Config, error
 	if o.DriftFactor >= 1 {
 		return nil, backends.Invalid("drift factor", "%v is not below 1", o.DriftFactor)
 	}
-	c := &Config{Options: o, Backend: b, Driver: b.Driver(), Key: key, Limit: limit}
+	c := &Config{Options: o, Backend: b, Driver: b.Driver(), Key: key, Limit: limit, lines: linesOf(b)}
 	validity := o.TTL - c.Drift(o.TTL)
 	switch {
 	case validity <= 0:

@@ -3,6 +3,8 @@ package lease
 import (
 	"context"
 	"sync"
+
+	"github.com/dsync-dev/dsync"
 )
 
 // The waiters of one process for one key of one backend line up here,
@@ -22,6 +24,12 @@ type lines struct {
 
 // linesKey is the key of a backend's lines in its state.
 type linesKey struct{}
+
+// linesOf returns b's waiting lines, looked up once per primitive (New),
+// not once per Acquire.
+func linesOf(b *dsync.Backend) *lines {
+	return b.State(linesKey{}, func() any { return &lines{m: map[string]*line{}} }).(*lines)
+}
 
 // line is the queue of one key while some waiter is at its head: turns
 // holds the channels of the others, in arrival order.
@@ -44,7 +52,7 @@ type turn struct {
 // ends (the error is ctx's, and the caller has left the line). On success
 // the caller must call pass once it is done contending.
 func waitTurn(ctx context.Context, c *Config) (turn, error) {
-	ls := c.Backend.State(linesKey{}, func() any { return &lines{m: map[string]*line{}} }).(*lines)
+	ls := c.lines
 	t := turn{ls, c.Key}
 	ls.mu.Lock()
 	l := ls.m[c.Key]

@@ -42,16 +42,7 @@ func TestElectPausedLeader(t *testing.T) {
 // the TTL plus slack.
 func TestElectKilledLeader(t *testing.T) {
 	forEach(t, func(t *testing.T, s *system) {
-		rep := untilLanded(t, func(k string) (*Report, string) {
-			e := newEnv(t)
-			e.start(3, s.url(), electConfig(k, s.ttl))
-			e.ready()
-			ev, mark := e.await(0, Is("acquired", nil), "a first leader")
-			e.inject(KillClient(e.h.WorkerOf(ev)))
-			e.awaitCount(mark, 2, Is("acquired", nil), "terms after the death")
-			rep := e.finish(PrimElect, k, s.spec(PrimElect), open(t, s.url()))
-			return rep, killMissed(t, rep, ev)
-		})
+		rep := killedHolder(t, s, 3, 2, func(k string) WorkerConfig { return electConfig(k, s.ttl) })
 		wantOK(t, rep)
 		if r := rep.Result(CheckUnavailable); r.Skipped != "" {
 			t.Errorf("the unavailability check did not run: %s", r.Skipped)

@@ -94,6 +94,24 @@ func monoExpiry(t *testing.T, acquired proc.Event) time.Duration {
 	return time.Duration(x)
 }
 
+// killedHolder runs a trial until its kill landed (see untilLanded):
+// workers started with config(key), the first holder killed with SIGKILL,
+// then grants more grants awaited; it returns the judged trial's report.
+func killedHolder(t *testing.T, s *system, workers, grants int, config func(key string) WorkerConfig) *Report {
+	t.Helper()
+	return untilLanded(t, func(k string) (*Report, string) {
+		e := newEnv(t)
+		cfg := config(k)
+		e.start(workers, s.url(), cfg)
+		e.ready()
+		ev, mark := e.await(0, Is("acquired", nil), "a first holder")
+		e.inject(KillClient(e.h.WorkerOf(ev)))
+		e.awaitCount(mark, grants, Is("acquired", nil), "grants after the death")
+		rep := e.finish(cfg.Prim, k, s.spec(cfg.Prim), open(t, s.url()))
+		return rep, killMissed(t, rep, ev)
+	})
+}
+
 // killMissed says why the kill of the worker of the "acquired" event ev
 // did not land in that hold, or "": it must come before the holder began
 // to release it.

@@ -142,17 +142,10 @@ func TestLockPausedHolderNoFencing(t *testing.T) {
 // plus slack, and the checks pass.
 func TestLockKilledHolder(t *testing.T) {
 	forEach(t, func(t *testing.T, s *system) {
-		rep := untilLanded(t, func(k string) (*Report, string) {
-			e := newEnv(t)
+		rep := killedHolder(t, s, 3, 3, func(k string) WorkerConfig {
 			cfg := lockConfig(k, s.ttl)
 			cfg.Work = 100 * time.Millisecond
-			e.start(3, s.url(), cfg)
-			e.ready()
-			ev, mark := e.await(0, Is("acquired", nil), "a first holder")
-			e.inject(KillClient(e.h.WorkerOf(ev)))
-			e.awaitCount(mark, 3, Is("acquired", nil), "grants after the death")
-			rep := e.finish(PrimLock, k, s.spec(PrimLock), open(t, s.url()))
-			return rep, killMissed(t, rep, ev)
+			return cfg
 		})
 		wantOK(t, rep)
 		if r := rep.Result(CheckUnavailable); r.Skipped != "" {

@@ -72,17 +72,10 @@ func TestSemPausedHolder(t *testing.T) {
 // permit back when its TTL runs out; never more than Size holders.
 func TestSemKilledHolder(t *testing.T) {
 	forEach(t, func(t *testing.T, s *system) {
-		rep := untilLanded(t, func(k string) (*Report, string) {
-			e := newEnv(t)
+		rep := killedHolder(t, s, 4, 6, func(k string) WorkerConfig {
 			cfg := semConfig(k, s.ttl)
 			cfg.Work = 100 * time.Millisecond
-			e.start(4, s.url(), cfg)
-			e.ready()
-			ev, mark := e.await(0, Is("acquired", nil), "a first holder")
-			e.inject(KillClient(e.h.WorkerOf(ev)))
-			e.awaitCount(mark, 6, Is("acquired", nil), "grants after the death")
-			rep := e.finish(PrimSem, k, s.spec(PrimSem), open(t, s.url()))
-			return rep, killMissed(t, rep, ev)
+			return cfg
 		})
 		wantOK(t, rep)
 	}, "redis", "redlock")

@@ -2,10 +2,13 @@
 //
 // A driver is a thin adapter over one coordination service (a Redis server,
 // N Redis masters, an etcd cluster, process memory). Every method makes
-// exactly one attempt, honours its context and never retries or sleeps:
-// retry with jitter, validity, drift, extension and its bound, and lost-hold
-// detection are written once above this interface (internal/lease), for
-// every primitive.
+// exactly one attempt, honours its context and never retries or sleeps.
+// It also returns within a bound of its own when the context has no
+// deadline (the client's read and write timeouts, a per-node or request
+// timeout), so that a server that stops answering never hangs a caller:
+// the layer above sets no timer on a call. Retry with jitter, validity,
+// drift, extension and its bound, and lost-hold detection are written once
+// above this interface (internal/lease), for every primitive.
 //
 // The SPI has two shapes of answer for an acquisition attempt, and the
 // layer above relies on the difference: plain contention is the bare

@@ -52,12 +52,10 @@ type Options struct {
 	// ObserveInterval is how often Observe reads the current leader (it
 	// also reads it at once on a release notice). Default RetryPeriod.
 	ObserveInterval time.Duration
-	// DriftFactor, DriftMin, AttemptTimeout and ReleaseTimeout are as in
-	// locker.Options, with the same defaults. AttemptTimeout also bounds
-	// each read of the current leader.
+	// DriftFactor, DriftMin and ReleaseTimeout are as in locker.Options,
+	// with the same defaults.
 	DriftFactor    float64
 	DriftMin       time.Duration
-	AttemptTimeout time.Duration
 	ReleaseTimeout time.Duration
 }
 
@@ -99,7 +97,7 @@ func New(b *dsync.Backend, name, candidateID string, opts *Options) (*Election, 
 	cfg, err := lease.New(b, name, 1, &lease.Options{
 		TTL: o.TTL, Value: []byte(candidateID),
 		DriftFactor: o.DriftFactor, DriftMin: o.DriftMin,
-		AttemptTimeout: o.AttemptTimeout, ReleaseTimeout: o.ReleaseTimeout,
+		ReleaseTimeout: o.ReleaseTimeout,
 		ExtendInterval: o.RenewInterval, AutoExtend: true,
 		MaxHold: -1, // a leader leads for as long as it lives
 	})
@@ -200,9 +198,7 @@ type dupWatch struct {
 // ID that outlives the TTL the backend reported for it when first seen has
 // been renewed since: another live process uses our ID.
 func (e *Election) checkDuplicate(ctx context.Context, w *dupWatch) error {
-	rctx, cancel := context.WithTimeout(ctx, e.cfg.AttemptTimeout)
-	info, err := e.cfg.Driver.Holder(rctx, e.name)
-	cancel()
+	info, err := e.cfg.Driver.Holder(ctx, e.name)
 	if err != nil || string(info.Value) != e.id {
 		w.deadline = time.Time{}
 		return nil
@@ -226,13 +222,11 @@ func (e *Election) checkDuplicate(ctx context.Context, w *dupWatch) error {
 
 // Leader implements dsync.LeaderElection: it reads the current leader's
 // candidate ID from the backend, in one attempt bounded by ctx and the
-// attempt timeout. With no leader it returns an error matching
+// backend's request timeout. With no leader it returns an error matching
 // dsync.ErrNoLeader; a failed read returns the backend's error. On
 // Redlock, the leader is the ID that a majority of the nodes agree on.
 func (e *Election) Leader(ctx context.Context) (string, error) {
-	rctx, cancel := context.WithTimeout(ctx, e.cfg.AttemptTimeout)
-	defer cancel()
-	info, err := e.cfg.Driver.Holder(rctx, e.name)
+	info, err := e.cfg.Driver.Holder(ctx, e.name)
 	switch {
 	case errors.Is(err, dsync.ErrNotHeld):
 		return "", fmt.Errorf("%w: election %q", dsync.ErrNoLeader, e.name)

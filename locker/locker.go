@@ -50,10 +50,13 @@ type Options struct {
 	// 0.01 and 2ms. Use a negative value for zero.
 	DriftFactor float64
 	DriftMin    time.Duration
-	// AttemptTimeout bounds one acquisition attempt. Default TTL/3.
-	AttemptTimeout time.Duration
-	// ReleaseTimeout bounds Release (and the clean-up of a failed attempt)
-	// when the caller's context has no earlier deadline. Default 2s.
+	// ReleaseTimeout bounds a release made after the caller's context
+	// has ended: the clean-up of an attempt whose outcome is unknown, and
+	// a Release (or Do's) on a done context, which still runs, on a fresh
+	// context. Default 2s. Every other call, an attempt included, is
+	// bounded by its context and by the backend's own request timeout
+	// (Redis: the client's read and write timeouts; Redlock: the per-node
+	// timeout; etcd: the request timeout).
 	ReleaseTimeout time.Duration
 	// Value is stored with the hold; backends report it as the holder's
 	// value (the leader package stores the candidate ID there). At most
@@ -90,9 +93,8 @@ var _ dsync.Locker = (*Locker)(nil)
 // New returns a Locker for key on b. It checks the options against each
 // other and against the backend's capabilities, with no I/O: a nil
 // backend, an empty key, a negative TTL or one below the backend's
-// resolution (zero means the default), or a
-// TTL too small for the drift allowance and attempt timeout is an
-// *dsync.InvalidError naming the problem.
+// resolution (zero means the default), or a TTL that the drift allowance
+// leaves no validity is an *dsync.InvalidError naming the problem.
 func New(b *dsync.Backend, key string, opts *Options) (*Locker, error) {
 	cfg, err := lease.New(b, key, 1, (*lease.Options)(opts))
 	if err != nil {

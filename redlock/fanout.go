@@ -49,23 +49,26 @@ func fanOutValues[T any](d *Driver, ctx context.Context, nt time.Duration, sel s
 	errs := make([]error, len(d.nodes))
 	var waiting uint64 // by node index
 	now := time.Now()
+	nctx := d.sharedCtx(nt, len(d.nodes))
 	for i, n := range d.nodes {
 		if err := sel(n, now); err != nil {
 			errs[i] = err
+			nctx.done()
 			continue
 		}
 		started := d.spawn(func() {
-			nctx, cancel := d.nodeCtx(nt)
-			v, err := op(nctx, n)
-			cancel()
+			v, err := op(nctx.ctx, n)
+			nctx.done()
 			results <- nodeResult[T]{i, v, err}
 		})
 		if started {
 			waiting |= 1 << i
 		} else {
 			errs[i] = backends.ErrClosed
+			nctx.done()
 		}
 	}
+	nctx.done()
 collect:
 	for waiting != 0 {
 		select {

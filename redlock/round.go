@@ -176,9 +176,12 @@ func (d *Driver) round(ctx context.Context, ref holdRef, req backends.Request, n
 	start := time.Now()
 	h := redisnode.Hold{Token: req.Token, Value: req.Value, TTL: req.TTL, Fence: req.Fence, SeedStep: d.maxTTL / seedSteps}
 	r := &round{ref: ref, h: &hold{}, votes: make(chan vote, len(d.nodes))}
+	// A reply later than the TTL is moot: the key has expired by then.
+	nctx := d.sharedCtx(req.TTL, len(d.nodes))
 	for _, n := range d.nodes {
 		if err := n.quarantined(start); err != nil {
 			r.votes <- vote{node: n, err: err}
+			nctx.done()
 			continue
 		}
 		d.mu.Lock()
@@ -189,11 +192,8 @@ func (d *Driver) round(ctx context.Context, ref holdRef, req backends.Request, n
 		r.h.inFlight |= 1 << n.index
 		d.mu.Unlock()
 		started := d.spawn(func() {
-			// A reply later than the TTL is moot: the key has expired
-			// by then.
-			nctx, cancel := d.nodeCtx(req.TTL)
-			fence, err := n.node.Acquire(nctx, ref.t, h)
-			cancel()
+			fence, err := n.node.Acquire(nctx.ctx, ref.t, h)
+			nctx.done()
 			v := vote{node: n, fence: fence, err: err, applied: err == nil, mayHold: err == nil || !refusedOutright(err)}
 			if err == nil {
 				// A request that found its connection broken by a restart
@@ -208,8 +208,10 @@ func (d *Driver) round(ctx context.Context, ref holdRef, req backends.Request, n
 		})
 		if !started {
 			d.landed(r, vote{node: n, err: backends.ErrClosed})
+			nctx.done()
 		}
 	}
+	nctx.done()
 	r.seen, r.granted, r.refused = d.collect(ctx, r.votes, start.Add(nt))
 	return r
 }

@@ -75,8 +75,8 @@ func (s *Semaphore) Acquire(ctx context.Context) (dsync.Permit, error) {
 	return ls, nil
 }
 
-// TryAcquire implements dsync.Semaphore: one attempt, bounded by the
-// attempt timeout. When every permit is taken the error matches
+// TryAcquire implements dsync.Semaphore: one attempt, bounded by ctx and
+// the backend's request timeout. When every permit is taken the error matches
 // dsync.ErrNotAcquired.
 func (s *Semaphore) TryAcquire(ctx context.Context) (dsync.Permit, error) {
 	ls, err := s.cfg.TryAcquire(ctx)

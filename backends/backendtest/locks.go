@@ -42,7 +42,6 @@ func (s *suite) testBadInput(t *testing.T) {
 		{name: "negative ttl", key: "k", opts: &locker.Options{TTL: -time.Second}, field: "ttl"},
 		{name: "ttl below resolution", key: "k", opts: &locker.Options{TTL: time.Nanosecond}, field: "ttl"},
 		{name: "ttl eaten by drift", key: "k", opts: &locker.Options{TTL: 2 * time.Second, DriftMin: 3 * time.Second}, field: "ttl"},
-		{name: "ttl below attempt timeout", key: "k", opts: &locker.Options{TTL: 2 * time.Second, AttemptTimeout: 5 * time.Second}, field: "ttl"},
 		{name: "extend interval over validity", key: "k", opts: &locker.Options{TTL: 2 * time.Second, ExtendInterval: 2 * time.Second}, field: "extend interval"},
 		{name: "negative max extensions", key: "k", opts: &locker.Options{MaxExtensions: -1}, field: "max extensions"},
 		{name: "max hold below ttl", key: "k", opts: &locker.Options{TTL: 10 * time.Second, MaxHold: time.Second}, field: "max hold"},

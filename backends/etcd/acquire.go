@@ -61,6 +61,8 @@ func (d *Driver) Acquire(ctx context.Context, req backends.Request) (backends.Gr
 		return backends.Grant{}, err
 	}
 	a := attempt{req: req, limit: max(req.Limit, 1), lk: lk, sp: lk + "/", secs: secs}
+	ctx, cancel := d.bound(ctx)
+	defer cancel()
 	if id, ok := d.pool.take(secs); ok {
 		g, err := d.acquireOn(ctx, a, id, 0)
 		if !errors.Is(err, errIdleExpired) {

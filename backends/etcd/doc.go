@@ -18,7 +18,8 @@
 // never touches a newer hold. Every answer about a hold comes from etcd.
 //
 // Every method makes one attempt and blocks for at most a few round trips,
-// bounded by its context; Open also waits for the cluster, bounded by
+// bounded by its context and by Options.RequestTimeout (URL option
+// request_timeout, default 5 s); Open also waits for the cluster, bounded by
 // dial_timeout (default 5 s) or the context, whichever ends first. Requests
 // etcd refuses for good (too large, permission denied) match
 // backends.ErrInvalid. WatchReleases watches the key's deletions.

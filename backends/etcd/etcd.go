@@ -1,6 +1,8 @@
 package etcd
 
 import (
+	"cmp"
+	"context"
 	"math"
 	"strings"
 	"sync"
@@ -20,6 +22,9 @@ const (
 	// (--election-timeout 1000ms): 1.5 election timeouts, rounded up to
 	// whole seconds.
 	DefaultMinTTL = 2 * time.Second
+	// DefaultRequestTimeout bounds each driver call (etcdctl's default
+	// command timeout).
+	DefaultRequestTimeout = 5 * time.Second
 )
 
 // maxTTLSeconds is etcd's largest lease TTL (lease.MaxLeaseTTL).
@@ -38,6 +43,11 @@ type Options struct {
 	// DefaultMinTTL (2s, etcd's default timing); the URL opener learns the
 	// real value from the cluster.
 	MinTTL time.Duration
+	// RequestTimeout bounds each call of the driver (its few round trips
+	// together), so that a call whose context has no deadline still
+	// returns when the cluster stops answering. Default
+	// DefaultRequestTimeout (5s).
+	RequestTimeout time.Duration
 }
 
 // Driver is the etcd driver. It implements backends.Driver and is safe for
@@ -47,6 +57,8 @@ type Driver struct {
 	owned  bool // Close closes client: it was created from a URL
 	prefix string
 	caps   backends.Capabilities
+	// timeout is Options.RequestTimeout, filled in.
+	timeout time.Duration
 
 	// rev is the highest store revision any response has shown; a release
 	// watch starts just after it, which etcd serves from its synced path.
@@ -90,6 +102,9 @@ func newDriver(client *clientv3.Client, opts *Options, owned bool) (*Driver, err
 	if !strings.HasSuffix(prefix, "/") {
 		prefix += "/"
 	}
+	if o.RequestTimeout < 0 {
+		return nil, backends.Invalid("request timeout", "%v is negative", o.RequestTimeout)
+	}
 	minTTL := o.MinTTL
 	switch {
 	case minTTL == 0:
@@ -98,9 +113,10 @@ func newDriver(client *clientv3.Client, opts *Options, owned bool) (*Driver, err
 		return nil, backends.Invalid("min ttl", "%v is not a positive whole number of seconds", minTTL)
 	}
 	d := &Driver{
-		client: client,
-		owned:  owned,
-		prefix: prefix,
+		client:  client,
+		owned:   owned,
+		prefix:  prefix,
+		timeout: cmp.Or(o.RequestTimeout, DefaultRequestTimeout),
 		caps: backends.Capabilities{
 			ReleaseNotices: true,
 			Name:           "etcd",
@@ -206,6 +222,11 @@ func (d *Driver) seen(h interface{ GetRevision() int64 }) {
 			return
 		}
 	}
+}
+
+// bound bounds one driver call by the request timeout.
+func (d *Driver) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, d.timeout)
 }
 
 // begin checks that the driver is open and names the etcd key of key.

@@ -53,6 +53,8 @@ func (d *Driver) Refresh(ctx context.Context, key, token string, ttl time.Durati
 	if err != nil {
 		return err
 	}
+	ctx, cancel := d.bound(ctx)
+	defer cancel()
 	h, mine := d.pool.heldBy(key, token)
 	if !mine {
 		if h, err = d.lookup(ctx, lk, token); err != nil {
@@ -108,6 +110,8 @@ func (d *Driver) Release(ctx context.Context, key, token string) error {
 	if err != nil {
 		return err
 	}
+	ctx, cancel := d.bound(ctx)
+	defer cancel()
 	h, mine := d.pool.heldBy(key, token)
 	if !mine {
 		if h, err = d.lookup(ctx, lk, token); err != nil {
@@ -149,6 +153,8 @@ func (d *Driver) Holder(ctx context.Context, key string) (backends.HolderInfo, e
 	if err != nil {
 		return backends.HolderInfo{}, err
 	}
+	ctx, cancel := d.bound(ctx)
+	defer cancel()
 	resp, err := d.client.Txn(ctx).Then(
 		clientv3.OpGet(lk),
 		clientv3.OpGet(lk+"/", clientv3.WithPrefix(),

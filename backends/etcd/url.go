@@ -61,6 +61,7 @@ func urlOptions(secure bool) []dsync.OptionDoc {
 		{Name: "dial_timeout", Default: "5s", Doc: "bound on connecting, authenticating and probing the cluster at open (or the context's deadline, if earlier)"},
 		{Name: "keepalive_time", Default: "10s", Doc: "interval of gRPC keepalive pings, which detect a member that vanished so the client moves to another; 0 disables"},
 		{Name: "keepalive_timeout", Default: "5s", Doc: "wait for a keepalive ping's answer before the connection is dropped"},
+		{Name: "request_timeout", Default: "5s", Doc: "bound on each call (an attempt, a refresh, a release, a read), with the caller's context"},
 	}
 	if secure {
 		opts = append(opts,
@@ -90,6 +91,7 @@ func openURL(ctx context.Context, u *url.URL) (backends.Driver, error) {
 		DialKeepAliveTimeout: defaultKeepAliveTimeout,
 	}
 	dialTimeout := defaultDialTimeout
+	opts := &Options{Prefix: strings.TrimPrefix(u.Path, "/")}
 	for _, o := range []struct {
 		name string
 		dst  *time.Duration
@@ -98,6 +100,7 @@ func openURL(ctx context.Context, u *url.URL) (backends.Driver, error) {
 		{"dial_timeout", &dialTimeout, false},
 		{"keepalive_time", &cfg.DialKeepAliveTime, true},
 		{"keepalive_timeout", &cfg.DialKeepAliveTimeout, false},
+		{"request_timeout", &opts.RequestTimeout, false},
 	} {
 		if !q.Has(o.name) {
 			continue
@@ -123,7 +126,6 @@ func openURL(ctx context.Context, u *url.URL) (backends.Driver, error) {
 			return nil, err
 		}
 	}
-	opts := &Options{Prefix: strings.TrimPrefix(u.Path, "/")}
 
 	// The open is bounded by the earlier of ctx's deadline and dial_timeout.
 	ctx, cancel := context.WithTimeout(ctx, dialTimeout)

@@ -57,7 +57,10 @@ var _ backends.Driver = (*Driver)(nil)
 // its context, configure it with MaxRetries: -1 (go-redis retries a command
 // whose reply was lost, which can turn an applied acquire into a reported
 // ErrNotAcquired) and ContextTimeoutEnabled: true (otherwise go-redis bounds
-// reads by its own ReadTimeout, not by the caller's context).
+// reads by its own ReadTimeout, not by the caller's context). Besides its
+// context, each call is bounded by the client's ReadTimeout and
+// WriteTimeout (go-redis: 5 s by default), the driver's own bound; with
+// both disabled, a call is bounded by its context alone.
 func New(client goredis.UniversalClient, opts *Options) (*Driver, error) {
 	return newDriver(client, opts, false)
 }
@@ -162,11 +165,14 @@ func (d *Driver) WatchReleases(ctx context.Context, key string) (backends.Subscr
 // wrap turns a node's *LimitError into backends.LimitMismatch, and marks an
 // error caused by a concurrent Close as ErrClosed as well.
 func (d *Driver) wrap(err error) error {
+	if err == nil {
+		return nil
+	}
 	var le *redisnode.LimitError
 	if errors.As(err, &le) {
 		return backends.LimitMismatch(le.Key, le.Limit, le.Holders)
 	}
-	if err == nil || errors.Is(err, backends.ErrNotHeld) || errors.Is(err, backends.ErrNotAcquired) || errors.Is(err, backends.ErrInvalid) {
+	if errors.Is(err, backends.ErrNotHeld) || errors.Is(err, backends.ErrNotAcquired) || errors.Is(err, backends.ErrInvalid) {
 		return err
 	}
 	return backends.MarkClosed(d.closed.Load(), err)

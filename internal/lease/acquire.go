@@ -17,7 +17,9 @@ import (
 // call failed or timed out) or the hold came back with no validity left,
 // it releases the token before returning, since the server may have
 // applied it, and the attempt counts as failed. If ctx is already done it
-// sends nothing and returns c.notStarted's error.
+// sends nothing and returns c.notStarted's error. The attempt is bounded by
+// ctx and by the backend's own request timeout (see backends.Driver): no
+// timer of its own.
 func (c *Config) Attempt(ctx context.Context) (*Lease, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, c.notStarted(err)
@@ -25,9 +27,7 @@ func (c *Config) Attempt(ctx context.Context) (*Lease, error) {
 	token := NewToken()
 	req := backends.Request{Key: c.Key, Token: token, Value: c.Value, TTL: c.TTL, Limit: c.Limit, Fence: !c.NoFencing}
 	start := time.Now()
-	actx, cancel := context.WithTimeout(ctx, c.AttemptTimeout)
-	g, err := c.Driver.Acquire(actx, req)
-	cancel()
+	g, err := c.Driver.Acquire(ctx, req)
 	if err != nil {
 		if !final(err) && !errors.Is(err, dsync.ErrNotAcquired) {
 			_ = release(ctx, c, c.Key, token)
@@ -44,11 +44,17 @@ func (c *Config) Attempt(ctx context.Context) (*Lease, error) {
 
 // TryAcquire makes one attempt, like Attempt, and starts auto-extension if
 // c.AutoExtend. Plain contention is an error matching dsync.ErrNotAcquired
-// that says what was taken.
+// that says what was taken; a failed attempt (a timeout, a lost
+// connection) matches dsync.ErrNotAcquired and its cause; an error that
+// no retry can cure (dsync.ErrInvalid, ErrClosed, ErrUnsupported) is
+// returned as it is.
 func (c *Config) TryAcquire(ctx context.Context) (*Lease, error) {
 	l, err := c.Attempt(ctx)
-	if err == dsync.ErrNotAcquired { // the bare sentinel: plain contention
+	switch {
+	case err == dsync.ErrNotAcquired: // the bare sentinel: plain contention
 		return nil, fmt.Errorf("%w: %s", err, c.taken())
+	case err != nil && !final(err) && !errors.Is(err, dsync.ErrNotAcquired):
+		return nil, fmt.Errorf("%w: %q: %w", dsync.ErrNotAcquired, c.Key, err)
 	}
 	return c.started(l, err)
 }

@@ -317,19 +317,21 @@ func (l *Lease) Release(ctx context.Context) error {
 	return err
 }
 
-// release removes a hold within cfg.ReleaseTimeout and the caller's
-// deadline. When ctx is already done it works on a fresh context, so that
-// a cancelled caller still cleans up, bounded by the caller's deadline if
-// that is still ahead and sooner than the release timeout.
+// release removes a hold. While ctx is live it bounds the call, together
+// with the backend's own request timeout (no timer here: see
+// backends.Driver). When ctx is already done, release works on a fresh
+// context, so that a cancelled caller still cleans up, bounded by
+// cfg.ReleaseTimeout and by the caller's deadline if that is sooner.
 func release(ctx context.Context, cfg *Config, key, token string) error {
-	timeout := cfg.ReleaseTimeout
-	if ctx.Err() != nil {
-		if dl, ok := ctx.Deadline(); ok && time.Until(dl) > 0 {
-			timeout = min(timeout, time.Until(dl))
-		}
-		ctx = context.WithoutCancel(ctx)
+	if ctx.Err() == nil {
+		return cfg.Driver.Release(ctx, key, token)
 	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+	now := time.Now()
+	limit := now.Add(cfg.ReleaseTimeout)
+	if dl, ok := ctx.Deadline(); ok && dl.After(now) && dl.Before(limit) {
+		limit = dl // cancelled before its deadline: keep to it
+	}
+	ctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), limit)
 	defer cancel()
 	return cfg.Driver.Release(ctx, key, token)
 }

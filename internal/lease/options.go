@@ -25,7 +25,6 @@ type Options struct {
 	Retry          retry.Policy
 	DriftFactor    float64
 	DriftMin       time.Duration
-	AttemptTimeout time.Duration
 	ReleaseTimeout time.Duration
 	Value          []byte
 	NoFencing      bool
@@ -85,7 +84,6 @@ func New(b *dsync.Backend, key string, limit int, opts *Options) (*Config, error
 	}
 	o.DriftFactor = max(orDefault(o.DriftFactor, DefaultDriftFactor), 0)
 	o.DriftMin = max(orDefault(o.DriftMin, DefaultDriftMin), 0)
-	o.AttemptTimeout = orDefault(o.AttemptTimeout, o.TTL/3)
 	o.ReleaseTimeout = orDefault(o.ReleaseTimeout, DefaultReleaseTimeout)
 	o.MaxHold = orDefault(o.MaxHold, DefaultMaxHold)
 	if len(o.Value) > backends.MaxValueSize {
@@ -102,8 +100,6 @@ func New(b *dsync.Backend, key string, limit int, opts *Options) (*Config, error
 	switch {
 	case validity <= 0:
 		return nil, backends.Invalid("ttl", "%v leaves no validity after the clock-drift allowance of %v", o.TTL, c.Drift(o.TTL))
-	case o.AttemptTimeout >= validity:
-		return nil, backends.Invalid("ttl", "%v is too small for the attempt timeout %v plus the drift allowance %v", o.TTL, o.AttemptTimeout, c.Drift(o.TTL))
 	case o.ExtendInterval < 0 || o.ExtendInterval >= validity:
 		return nil, backends.Invalid("extend interval", "%v must be positive and below the validity %v (ttl minus drift)", o.ExtendInterval, validity)
 	case o.MaxHold > 0 && o.MaxHold < o.TTL:

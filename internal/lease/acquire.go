@@ -75,8 +75,9 @@ func (c *Config) TryAcquire(ctx context.Context) (*Lease, error) {
 // The first attempt goes out at once; only when it fails does Acquire
 // subscribe to release notices, and then it attempts once more before it
 // waits, so that a release between the first attempt and the subscription
-// is not missed. An uncontended Acquire costs one attempt, no subscription
-// and no backoff.
+// is not missed. The subscription belongs to the process's waiting line,
+// and the next waiter to reach its head uses it as it is. An uncontended
+// Acquire costs one attempt, no subscription and no backoff.
 func (c *Config) Acquire(ctx context.Context, between func(context.Context) error) (*Lease, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, c.notStarted(err)
@@ -87,7 +88,7 @@ func (c *Config) Acquire(ctx context.Context, between func(context.Context) erro
 	}
 	defer turn.pass()
 	var wake <-chan struct{}
-	subscribed := false
+	watched := false
 	var prev error      // the last attempt that ran its course
 	var b retry.Backoff // started at the first wait
 	for {
@@ -109,12 +110,13 @@ func (c *Config) Acquire(ctx context.Context, between func(context.Context) erro
 				return nil, herr
 			}
 		}
-		if !subscribed {
-			subscribed = true
-			if sub, serr := c.Driver.WatchReleases(ctx, c.Key); serr == nil {
-				defer sub.Close()
+		if !watched {
+			watched = true
+			if sub, fresh, serr := turn.watch(ctx, c.Driver); serr == nil {
 				wake = sub.C()
-				continue // attempt again now that no release can slip by
+				if fresh {
+					continue // attempt again now that no release can slip by
+				}
 			}
 		}
 		if b == nil {

@@ -3,6 +3,7 @@ package lease
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -152,4 +153,148 @@ func TestAcquireAttemptsAgainAfterSubscribing(t *testing.T) {
 			t.Errorf("Acquire waited %v after a release it could see at once", waited)
 		}
 	})
+}
+
+// watchCounter counts subscriptions to release notices, and their Close.
+type watchCounter struct {
+	*memory.Driver
+	watches, closes atomic.Int32
+}
+
+func (w *watchCounter) WatchReleases(ctx context.Context, key string) (backends.Subscription, error) {
+	w.watches.Add(1)
+	sub, err := w.Driver.WatchReleases(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	return &countedSub{Subscription: sub, closes: &w.closes}, nil
+}
+
+type countedSub struct {
+	backends.Subscription
+	closes *atomic.Int32
+}
+
+func (s *countedSub) Close() { s.closes.Add(1); s.Subscription.Close() }
+
+// TestLineSharesSubscription: the waiters of one process hand the key's
+// release notices down their line: two waiters served one after the other
+// subscribe once, each is woken by the notice of the release before it
+// (no retry delay), and the subscription ends with the line.
+func TestLineSharesSubscription(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		d := &watchCounter{Driver: memory.New(nil)}
+		slow, err := retry.NewConstant(&retry.ConstantOptions{Delay: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := testConfig(t, d, "k", &Options{Retry: slow})
+		holder, err := c.Attempt(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		got := make(chan *Lease, 2)
+		for range 2 {
+			go func() {
+				l, err := c.Acquire(ctx, nil)
+				if err != nil {
+					t.Error(err)
+				}
+				got <- l
+			}()
+			synctest.Wait() // the first waiter heads the line before the second joins
+		}
+		if err := holder.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		first := <-got
+		synctest.Wait() // the second waiter, now at the head, meets first's hold
+		if err := first.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		second := <-got
+		defer second.Release(ctx)
+		if waited := time.Since(start); waited > 0 {
+			t.Errorf("the waiters took %v: a notice was missed and a retry delay waited out", waited)
+		}
+		synctest.Wait()
+		if n := d.watches.Load(); n != 1 {
+			t.Errorf("%d subscriptions for one line of two waiters, want 1", n)
+		}
+		if n := d.closes.Load(); n != 1 {
+			t.Errorf("%d subscriptions closed once the line ended, want 1", n)
+		}
+	})
+}
+
+// hookedWatch runs hook as a waiter subscribes.
+type hookedWatch struct {
+	*memory.Driver
+	hook func()
+}
+
+func (h *hookedWatch) WatchReleases(ctx context.Context, key string) (backends.Subscription, error) {
+	h.hook()
+	return h.Driver.WatchReleases(ctx, key)
+}
+
+// TestWaiterJoinsDuringSubscribe: a waiter that joins the line while its
+// head subscribes keeps its place, and is served after the head.
+func TestWaiterJoinsDuringSubscribe(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		slow, err := retry.NewConstant(&retry.ConstantOptions{Delay: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan *Lease, 2)
+		acquire := func(c *Config) {
+			l, err := c.Acquire(ctx, nil)
+			if err != nil {
+				t.Error(err)
+			}
+			got <- l
+		}
+		d := &hookedWatch{Driver: memory.New(nil)}
+		c := testConfig(t, d, "k", &Options{Retry: slow})
+		joined := false
+		d.hook = func() {
+			if !joined {
+				joined = true
+				go acquire(c)
+				for !inLine(c, 1) { // the second waiter joins the line
+					time.Sleep(time.Millisecond)
+				}
+			}
+		}
+		holder, err := c.Attempt(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		go acquire(c)
+		synctest.Wait()
+		if err := holder.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for range 2 {
+			l := <-got
+			if l == nil {
+				return
+			}
+			if err := l.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+}
+
+// inLine reports whether n waiters stand behind the head of c.Key's line.
+func inLine(c *Config, n int) bool {
+	c.lines.mu.Lock()
+	defer c.lines.mu.Unlock()
+	l := c.lines.m[c.Key]
+	return l != nil && l != headOnly && len(l.turns) == n
 }

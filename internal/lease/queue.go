@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	"github.com/dsync-dev/dsync"
+	"github.com/dsync-dev/dsync/backends"
 )
 
 // The waiters of one process for one key of one backend line up here,
@@ -32,9 +33,13 @@ func linesOf(b *dsync.Backend) *lines {
 }
 
 // line is the queue of one key while some waiter is at its head: turns
-// holds the channels of the others, in arrival order.
+// holds the channels of the others, in arrival order. sub is the key's
+// release notices, which the heads of the line share: subscribed by the
+// first head that meets contention, closed when the line ends, so that a
+// hand-over between two waiters of the process costs no subscription.
 type line struct {
 	turns []chan struct{}
+	sub   backends.Subscription
 }
 
 // headOnly is the line of a key whose head has nobody behind it, shared by
@@ -88,16 +93,46 @@ func waitTurn(ctx context.Context, c *Config) (turn, error) {
 	}
 }
 
-// pass hands the head of the line to the next waiter, or frees the line.
+// watch returns the release notices of the line's key for its head,
+// subscribing with d when the line has none yet; fresh reports a new
+// subscription, which may miss a release of the instant before.
+func (t turn) watch(ctx context.Context, d backends.Driver) (sub backends.Subscription, fresh bool, err error) {
+	t.ls.mu.Lock()
+	l := t.ls.m[t.key]
+	t.ls.mu.Unlock()
+	if l.sub != nil { // only the head sets it, and the head is the caller
+		return l.sub, false, nil
+	}
+	sub, err = d.WatchReleases(ctx, t.key)
+	if err != nil {
+		return nil, false, err
+	}
+	t.ls.mu.Lock()
+	l = t.ls.m[t.key] // a waiter may have joined meanwhile, making a line
+	if l == headOnly {
+		l = &line{}
+		t.ls.m[t.key] = l
+	}
+	l.sub = sub
+	t.ls.mu.Unlock()
+	return sub, true, nil
+}
+
+// pass hands the head of the line to the next waiter, or frees the line
+// and closes its subscription.
 func (t turn) pass() {
 	t.ls.mu.Lock()
-	defer t.ls.mu.Unlock()
 	l := t.ls.m[t.key]
 	if l != headOnly && len(l.turns) > 0 {
 		next := l.turns[0]
 		l.turns = l.turns[1:]
 		close(next)
+		t.ls.mu.Unlock()
 		return
 	}
 	delete(t.ls.m, t.key)
+	t.ls.mu.Unlock()
+	if l.sub != nil {
+		l.sub.Close()
+	}
 }

@@ -96,16 +96,19 @@ func Example_fencing() {
 	// release: <nil>
 }
 
-// Observe reports every change of leader, "no leader" included, to any
-// process that watches an election, without campaigning.
+// Observe reports the leader each time a read finds another one, "no
+// leader" included, to any process that watches an election: it reads
+// every ObserveInterval and at once on a release notice, and needs no
+// candidate ID.
 func Example_observe() {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	b, _ := dsync.Open(ctx, "memory://example-observe")
 	defer b.Close()
 	a, _ := leader.New(b, "scheduler", "worker-a", nil)
+	watcher, _ := leader.NewObserver(b, "scheduler", nil)
 
-	changes := a.Observe(ctx)
+	changes := watcher.Observe(ctx)
 	fmt.Printf("leader: %q\n", (<-changes).ID)
 	term, _ := a.Campaign(ctx)
 	fmt.Printf("leader: %q\n", (<-changes).ID)

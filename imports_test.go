@@ -1,7 +1,13 @@
 package dsync_test
 
 import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io/fs"
 	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -75,6 +81,52 @@ func TestImportRules(t *testing.T) {
 				t.Errorf("%s imports %s: only retry may", pkg, imp)
 			}
 		}
+	}
+}
+
+// TestExamplesImportNoInternal: a test file with Example functions, which
+// pkg.go.dev shows for readers to copy, imports no internal package of the
+// module (a reader's module could not import it).
+func TestExamplesImportNoInternal(t *testing.T) {
+	const internal = "github.com/dsync-dev/dsync/internal"
+	found := 0
+	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && path != "." && (strings.HasPrefix(d.Name(), ".") || d.Name() == "bench" || d.Name() == "testdata") {
+			return filepath.SkipDir // bench is a module of its own
+		}
+		if d.IsDir() || !strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.SkipObjectResolution)
+		if err != nil {
+			return err
+		}
+		examples := false
+		for _, decl := range f.Decls {
+			if fn, ok := decl.(*ast.FuncDecl); ok && fn.Recv == nil && strings.HasPrefix(fn.Name.Name, "Example") {
+				examples = true
+			}
+		}
+		if !examples {
+			return nil
+		}
+		found++
+		for _, imp := range f.Imports {
+			p, _ := strconv.Unquote(imp.Path.Value)
+			if p == internal || strings.HasPrefix(p, internal+"/") {
+				t.Errorf("%s has examples and imports %s", path, p)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if found == 0 {
+		t.Fatal("no file with examples found")
 	}
 }
 

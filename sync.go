@@ -133,7 +133,7 @@ type Leadership interface {
 	Resign(ctx context.Context) error
 }
 
-// LeaderInfo is the state of an election as an observer sees it.
+// LeaderInfo is the state of an election as an observer's read found it.
 type LeaderInfo struct {
 	// ID is the leader's candidate ID, or empty when there is no leader.
 	ID string
@@ -146,8 +146,11 @@ type LeaderElection interface {
 	Campaign(ctx context.Context) (Leadership, error)
 	// Leader returns the current leader's candidate ID, or ErrNoLeader.
 	Leader(ctx context.Context) (string, error)
-	// Observe streams leader changes, including the lack of a leader, until
-	// ctx ends; then the channel is closed.
+	// Observe streams the leader as successive reads find it, each state
+	// that differs from the last one sent, including the lack of a leader,
+	// until ctx ends; then the channel is closed. It reads at intervals
+	// and on release notices: a term shorter than the interval may go
+	// unseen.
 	Observe(ctx context.Context) <-chan LeaderInfo
 }
 

@@ -8,8 +8,11 @@
 // with fencing). Done is closed when the term ends: by Resign, which
 // releases the hold at once so that another candidate takes over, or by
 // loss (a renewal found the hold gone, or the local validity ran out while
-// renewals failed). Leader reads the current leader; Observe streams its
-// changes from a goroutine that stops when its context ends.
+// renewals failed). Leader reads the current leader; Observe reads it
+// every ObserveInterval and on release notices, and streams each leader a
+// read finds (a term shorter than the interval may go unseen), from a
+// goroutine that stops when its context ends. NewObserver reads and
+// observes without a candidate ID.
 //
 // Run campaigns, runs a function with a context cancelled the moment
 // leadership is lost, resigns when it returns, and campaigns again until

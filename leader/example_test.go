@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log"
+	"time"
 
 	"github.com/dsync-dev/dsync"
 	"github.com/dsync-dev/dsync/backends/memory"
@@ -73,4 +74,39 @@ func ExampleRun() {
 	// leading in term 1
 	// term 1 ended: <nil>
 	// Run: context canceled
+}
+
+// An observer follows who leads, without a candidate ID of its own: it
+// reads the leader every ObserveInterval and at once on a release, and
+// sends each leader a read finds ("" for none). Here each term lasts until
+// the observer has reported it; a term shorter than the interval may go
+// unseen.
+func ExampleObserver_Observe() {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	b, err := dsync.NewBackend(memory.New(nil), nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer b.Close()
+	watcher, err := leader.NewObserver(b, "scheduler", &leader.Options{ObserveInterval: 10 * time.Millisecond})
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	changes := watcher.Observe(ctx)
+	fmt.Printf("leader %q\n", (<-changes).ID)
+	for _, id := range []string{"worker-a", "worker-b"} {
+		e, _ := leader.New(b, "scheduler", id, nil)
+		term, _ := e.Campaign(ctx)
+		fmt.Printf("leader %q, term %d\n", (<-changes).ID, term.Term())
+		_ = term.Resign(ctx)
+		fmt.Printf("leader %q\n", (<-changes).ID)
+	}
+	// Output:
+	// leader ""
+	// leader "worker-a", term 1
+	// leader ""
+	// leader "worker-b", term 2
+	// leader ""
 }

@@ -50,7 +50,8 @@ type Options struct {
 	// RetryPeriod (which still sets the defaults derived from it).
 	Retry retry.Policy
 	// ObserveInterval is how often Observe reads the current leader (it
-	// also reads it at once on a release notice). Default RetryPeriod.
+	// also reads it at once on a release notice); a term shorter than that
+	// may go unseen. Default RetryPeriod.
 	ObserveInterval time.Duration
 	// DriftFactor, DriftMin and ReleaseTimeout are as in locker.Options,
 	// with the same defaults.
@@ -59,16 +60,23 @@ type Options struct {
 	ReleaseTimeout time.Duration
 }
 
-// Election is one candidate's view of an election: the candidate ID it
-// campaigns with, on one name of one backend. It is safe for concurrent
-// use, but a candidate leads at most once at a time: a second Campaign
-// while the first is under way or its leadership lasts fails with
-// ErrDuplicateID.
-type Election struct {
-	name, id        string
+// Observer reads who leads an election, without campaigning in it: Leader
+// and Observe. It is safe for concurrent use.
+type Observer struct {
+	name            string
 	cfg             *lease.Config
-	retryPeriod     time.Duration
 	observeInterval time.Duration
+}
+
+// Election is one candidate's view of an election: the candidate ID it
+// campaigns with, on one name of one backend, and an Observer of it. It is
+// safe for concurrent use, but a candidate leads at most once at a time: a
+// second Campaign while the first is under way or its leadership lasts
+// fails with ErrDuplicateID.
+type Election struct {
+	Observer
+	id          string
+	retryPeriod time.Duration
 }
 
 var _ dsync.LeaderElection = (*Election)(nil)
@@ -80,22 +88,49 @@ var _ dsync.LeaderElection = (*Election)(nil)
 // *dsync.InvalidError naming it.
 func New(b *dsync.Backend, name, candidateID string, opts *Options) (*Election, error) {
 	if candidateID == "" {
-		return nil, backends.Invalid("candidate id", "empty: each candidate needs an ID of its own, which Leader and Observe report")
+		return nil, backends.Invalid("candidate id", "empty: each candidate needs an ID of its own, which Leader and Observe report (to observe without campaigning, use NewObserver)")
 	}
+	cfg, o, err := newConfig(b, name, []byte(candidateID), opts)
+	if err != nil {
+		return nil, err
+	}
+	return &Election{
+		Observer:    Observer{name: name, cfg: cfg, observeInterval: o.ObserveInterval},
+		id:          candidateID,
+		retryPeriod: o.RetryPeriod,
+	}, nil
+}
+
+// NewObserver returns an observer of the election name on b, which needs no
+// candidate ID: it reads the leader and never campaigns. Of opts, TTL (for
+// the defaults), RetryPeriod and ObserveInterval matter; the options are
+// checked as New checks them, with no I/O.
+func NewObserver(b *dsync.Backend, name string, opts *Options) (*Observer, error) {
+	cfg, o, err := newConfig(b, name, nil, opts)
+	if err != nil {
+		return nil, err
+	}
+	return &Observer{name: name, cfg: cfg, observeInterval: o.ObserveInterval}, nil
+}
+
+// newConfig checks opts for the election name on b, whose candidates store
+// value, and returns the lease configuration and opts with every default
+// filled in.
+func newConfig(b *dsync.Backend, name string, value []byte, opts *Options) (*lease.Config, Options, error) {
 	o := Options{}
 	if opts != nil {
 		o = *opts
 	}
 	switch {
 	case o.RenewInterval < 0:
-		return nil, backends.Invalid("renew interval", "%v is negative", o.RenewInterval)
+		return nil, o, backends.Invalid("renew interval", "%v is negative", o.RenewInterval)
 	case o.RetryPeriod < 0:
-		return nil, backends.Invalid("retry period", "%v is negative", o.RetryPeriod)
+		return nil, o, backends.Invalid("retry period", "%v is negative", o.RetryPeriod)
 	case o.ObserveInterval < 0:
-		return nil, backends.Invalid("observe interval", "%v is negative", o.ObserveInterval)
+		return nil, o, backends.Invalid("observe interval", "%v is negative", o.ObserveInterval)
 	}
 	cfg, err := lease.New(b, name, 1, &lease.Options{
-		TTL: o.TTL, Value: []byte(candidateID),
+		TTL: o.TTL, Value: value,
 		DriftFactor: o.DriftFactor, DriftMin: o.DriftMin,
 		ReleaseTimeout: o.ReleaseTimeout,
 		ExtendInterval: o.RenewInterval, AutoExtend: true,
@@ -106,20 +141,20 @@ func New(b *dsync.Backend, name, candidateID string, opts *Options) (*Election, 
 		if errors.As(err, &ie) {
 			switch ie.Field {
 			case "key":
-				return nil, backends.Invalid("name", "%s", ie.Reason)
+				return nil, o, backends.Invalid("name", "%s", ie.Reason)
 			case "extend interval":
-				return nil, backends.Invalid("renew interval", "%s", ie.Reason)
+				return nil, o, backends.Invalid("renew interval", "%s", ie.Reason)
 			case "value":
-				return nil, backends.Invalid("candidate id", "%s", ie.Reason)
+				return nil, o, backends.Invalid("candidate id", "%s", ie.Reason)
 			}
 		}
-		return nil, err
+		return nil, o, err
 	}
 	if o.RetryPeriod == 0 {
 		o.RetryPeriod = max(min(cfg.TTL/4, DefaultMaxRetryPeriod), time.Millisecond)
 	}
 	if o.RetryPeriod >= cfg.TTL {
-		return nil, backends.Invalid("retry period", "%v is not below the ttl %v", o.RetryPeriod, cfg.TTL)
+		return nil, o, backends.Invalid("retry period", "%v is not below the ttl %v", o.RetryPeriod, cfg.TTL)
 	}
 	if o.ObserveInterval == 0 {
 		o.ObserveInterval = o.RetryPeriod
@@ -127,17 +162,14 @@ func New(b *dsync.Backend, name, candidateID string, opts *Options) (*Election, 
 	cfg.Retry = o.Retry
 	if cfg.Retry == nil {
 		if cfg.Retry, err = retry.NewConstant(&retry.ConstantOptions{Delay: o.RetryPeriod, Jitter: retryJitter}); err != nil {
-			return nil, backends.Invalid("retry period", "%v", err)
+			return nil, o, backends.Invalid("retry period", "%v", err)
 		}
 	}
-	return &Election{
-		name: name, id: candidateID, cfg: cfg,
-		retryPeriod: o.RetryPeriod, observeInterval: o.ObserveInterval,
-	}, nil
+	return cfg, o, nil
 }
 
 // Name is the election's name, the backend key it lives on.
-func (e *Election) Name() string { return e.name }
+func (o *Observer) Name() string { return o.name }
 
 // CandidateID is the ID this candidate campaigns with.
 func (e *Election) CandidateID() string { return e.id }
@@ -220,52 +252,59 @@ func (e *Election) checkDuplicate(ctx context.Context, w *dupWatch) error {
 	return nil
 }
 
-// Leader implements dsync.LeaderElection: it reads the current leader's
-// candidate ID from the backend, in one attempt bounded by ctx and the
-// backend's request timeout. With no leader it returns an error matching
+// Leader reads the current leader's candidate ID from the backend
+// (dsync.LeaderElection), in one attempt bounded by ctx and the backend's
+// request timeout. With no leader it returns an error matching
 // dsync.ErrNoLeader; a failed read returns the backend's error. On
 // Redlock, the leader is the ID that a majority of the nodes agree on.
-func (e *Election) Leader(ctx context.Context) (string, error) {
-	info, err := e.cfg.Driver.Holder(ctx, e.name)
+func (o *Observer) Leader(ctx context.Context) (string, error) {
+	info, err := o.cfg.Driver.Holder(ctx, o.name)
 	switch {
 	case errors.Is(err, dsync.ErrNotHeld):
-		return "", fmt.Errorf("%w: election %q", dsync.ErrNoLeader, e.name)
+		return "", fmt.Errorf("%w: election %q", dsync.ErrNoLeader, o.name)
 	case err != nil:
 		return "", err
 	}
 	return string(info.Value), nil
 }
 
-// Observe implements dsync.LeaderElection: it returns a channel that
-// receives the current state of the election at once, then every change
-// of leader, including the lack of one (LeaderInfo.ID == ""); consecutive
-// equal states are sent once. It reads the leader every ObserveInterval,
-// and at once when the backend reports a release; a change that lasts less
-// than that may go unseen, and a failed read is retried at the next one.
+// Observe returns a channel that receives the election's state as a first
+// read finds it, then each state a later read finds that differs from the
+// last one sent (dsync.LeaderElection): the leader's candidate ID, or
+// LeaderInfo.ID == "" for no leader. It reads every ObserveInterval, and at
+// once when the backend reports a release, so a resignation shows at once.
+//
+// It reports what its reads find, not every term: a term that begins and
+// ends between two reads is not seen, nor a leader that resigned and won
+// again between them (one ID twice is one state); a failed read is retried
+// at the next one. A term, or a time without leader, that lasts longer
+// than ObserveInterval plus twice the time a read takes is seen, as long
+// as reads succeed and the receiver keeps up. To act on every term, a
+// leader passes its Term to what it writes.
 //
 // A goroutine does the reading; it stops, and closes the channel, when ctx
 // ends or the backend is closed. Receive until the channel is closed: an
 // unread state holds the goroutine (it sends the next state only once the
 // previous one was received, or ctx ended).
-func (e *Election) Observe(ctx context.Context) <-chan dsync.LeaderInfo {
+func (o *Observer) Observe(ctx context.Context) <-chan dsync.LeaderInfo {
 	ch := make(chan dsync.LeaderInfo)
-	go e.observe(ctx, ch)
+	go o.observe(ctx, ch)
 	return ch
 }
 
-func (e *Election) observe(ctx context.Context, ch chan<- dsync.LeaderInfo) {
+func (o *Observer) observe(ctx context.Context, ch chan<- dsync.LeaderInfo) {
 	defer close(ch)
 	var wake <-chan struct{}
-	if sub, err := e.cfg.Driver.WatchReleases(ctx, e.name); err == nil {
+	if sub, err := o.cfg.Driver.WatchReleases(ctx, o.name); err == nil {
 		defer sub.Close()
 		wake = sub.C()
 	}
-	t := time.NewTicker(e.observeInterval)
+	t := time.NewTicker(o.observeInterval)
 	defer t.Stop()
 	var last string
 	sent := false
 	for {
-		id, err := e.Leader(ctx)
+		id, err := o.Leader(ctx)
 		switch {
 		case err == nil || errors.Is(err, dsync.ErrNoLeader):
 			if !sent || id != last {

@@ -80,6 +80,38 @@ func TestNewValidates(t *testing.T) {
 	}
 }
 
+// TestNewObserverValidates: an observer needs no candidate ID, and its
+// options are checked as an election's are.
+func TestNewObserverValidates(t *testing.T) {
+	b := backendOn(t, newStore())
+	if _, err := leader.NewObserver(b, "e", nil); err != nil {
+		t.Fatalf("NewObserver without options: %v", err)
+	}
+	for _, tc := range []struct {
+		name, election string
+		nilB           bool
+		opts           *leader.Options
+		field          string
+	}{
+		{name: "nil backend", election: "e", nilB: true, field: "backend"},
+		{name: "empty name", election: "", field: "name"},
+		{name: "negative observe interval", election: "e", opts: &leader.Options{ObserveInterval: -1}, field: "observe interval"},
+		{name: "retry period not below ttl", election: "e", opts: &leader.Options{TTL: time.Second, RetryPeriod: time.Second}, field: "retry period"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			bb := b
+			if tc.nilB {
+				bb = nil
+			}
+			_, err := leader.NewObserver(bb, tc.election, tc.opts)
+			var ie *dsync.InvalidError
+			if !errors.As(err, &ie) || ie.Field != tc.field {
+				t.Fatalf("NewObserver: %v, want an *InvalidError on %q", err, tc.field)
+			}
+		})
+	}
+}
+
 func TestDefaults(t *testing.T) {
 	b := backendOn(t, newStore())
 	for _, tc := range []struct {

@@ -15,7 +15,9 @@
 // round. A semaphore attempt makes a round per slot until one is won.
 // Release and Refresh are one parallel round; every call returns when its
 // context ends, and the requests still out finish in the background within
-// the per-node timeout. Nothing is logged unless Options.Logger is set.
+// the per-node timeout. Nothing is logged unless Options.Logger is set:
+// a master that is down is reported through errors, and the masters'
+// clients give go-redis's process-wide logger no failed dial to print.
 //
 // What is left behind: a failed lock attempt is withdrawn from every node
 // (a semaphore's slot from every node that may hold it), and a hold whose

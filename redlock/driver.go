@@ -153,6 +153,55 @@ func New(ctx context.Context, nodes []*goredis.Options, opts *Options) (*Driver,
 	return d, nil
 }
 
+// NewFromClients is New over the options of clients the application
+// already has, one per master (client.Options() of each): the same address,
+// credentials, TLS, dialer, database and pool settings, and an OnConnect
+// of the client's, chained before dsync's; not its push-notification
+// processor or client-side cache, which are one client's own.
+//
+// The driver makes a client of its own per master from those options, set
+// up as New sets up its clients; it does not send commands through the
+// application's clients, and does not close them (it closes only the
+// clients it created). It cannot use them as they are: the restart
+// quarantine reads the server's run_id and uptime on every new connection,
+// through a connection hook that only a client being made can be given,
+// and dsync's one attempt per call needs MaxRetries -1 and
+// ContextTimeoutEnabled (see redis.New for why), which the application's
+// clients may not have. So each master gets a second connection pool, and
+// hooks added to a client with AddHook (tracing, metrics) are not carried
+// over.
+//
+// Each client must be a *redis.Client reaching one server; a Redis Cluster
+// or Ring client is an *InvalidError, as a Redlock master is one server
+// (independent of the others, without replication between them). It then
+// fails as New fails.
+func NewFromClients(ctx context.Context, clients []goredis.UniversalClient, opts *Options) (*Driver, error) {
+	nodes := make([]*goredis.Options, len(clients))
+	for i, c := range clients {
+		switch c := c.(type) {
+		case *goredis.Client:
+			if c == nil {
+				return nil, backends.Invalid("clients", "client %d is nil", i)
+			}
+			o := *c.Options()
+			// State of the client's own that go-redis keeps in its
+			// options: two clients cannot share it (the push processor
+			// refuses a second client's handlers), and dsync's needs none
+			// (the client-side cache).
+			o.PushNotificationProcessor = nil
+			o.ClientSideCache, o.ClientSideCacheConfig = nil, nil
+			nodes[i] = &o
+		case nil:
+			return nil, backends.Invalid("clients", "client %d is nil", i)
+		case *goredis.ClusterClient, *goredis.Ring:
+			return nil, backends.Invalid("clients", "client %d is a %T, which spreads keys over several servers: a Redlock master is one server, so give one *redis.Client per master", i, c)
+		default:
+			return nil, backends.Invalid("clients", "client %d is a %T: Redlock takes a *redis.Client per master", i, c)
+		}
+	}
+	return New(ctx, nodes, opts)
+}
+
 // check validates o and the node list, and fills in MaxTTL's default.
 func (o *Options) check(nodes []*goredis.Options) error {
 	if len(nodes) == 0 {

@@ -35,10 +35,8 @@ type node struct {
 
 func newNode(index int, opts *goredis.Options, o *Options) (*node, error) {
 	n := &node{index: index, addr: opts.Addr, maxTTL: o.MaxTTL, quarantine: !o.NoQuarantine}
-	co := *opts
+	co := redisnode.Own(opts)
 	co.MaxRetries = -1 // one attempt per call: dsync knows what is safe to repeat
-	co.ContextTimeoutEnabled = true
-	co.DialerRetries = 1 // a dead node must fail fast, not after 5 dials
 	userHook := opts.OnConnect
 	co.OnConnect = func(ctx context.Context, cn *goredis.Conn) error {
 		if userHook != nil {
@@ -48,7 +46,7 @@ func newNode(index int, opts *goredis.Options, o *Options) (*node, error) {
 		}
 		return n.onConnect(ctx, cn)
 	}
-	n.client = goredis.NewClient(&co)
+	n.client = goredis.NewClient(co)
 	rn, err := redisnode.New(n.client, o.Prefix)
 	if err != nil {
 		_ = n.client.Close()

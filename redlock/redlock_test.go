@@ -2,6 +2,8 @@ package redlock_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"runtime"
 	"strings"
 	"testing"
@@ -11,6 +13,7 @@ import (
 	"github.com/dsync-dev/dsync/backends"
 	"github.com/dsync-dev/dsync/backends/backendtest"
 	"github.com/dsync-dev/dsync/internal/testenv/redistest"
+	"github.com/dsync-dev/dsync/internal/testenv/testutil"
 	"github.com/dsync-dev/dsync/redlock"
 )
 
@@ -117,4 +120,42 @@ func TestWorkersExitWhenIdle(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Logf("%d workers, gone %v after the last request", n, time.Since(done).Round(100*time.Millisecond))
+}
+
+// TestWritesNothingToStderr: a master that is down is reported through
+// errors only, at Open and on every call after: go-redis's process-wide
+// logger, which prints each failed dial to stderr by default, is the
+// application's, and dsync's clients give it nothing to print.
+func TestWritesNothingToStderr(t *testing.T) {
+	servers := redistest.StartN(t, 3, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var openErr, downErr error
+	out := testutil.CaptureStderr(t, func() {
+		var b *dsync.Backend
+		b, openErr = dsync.Open(ctx, "redlock://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3") // nobody listens
+		if openErr == nil {
+			_ = b.Close()
+		}
+
+		addrs := []string{servers[0].Addr(), servers[1].Addr(), "127.0.0.1:1"}
+		b = open(t, "redlock://"+strings.Join(addrs, ",")+"/?quarantine=false")
+		defer b.Close()
+		d := b.Driver()
+		if err := servers[1].Kill(); err != nil {
+			t.Fatal(err)
+		}
+		for i := range 30 { // more calls than a pool has connections
+			_, downErr = d.Acquire(ctx, backends.Request{Key: "stderr", Token: fmt.Sprint("t", i), TTL: time.Second, Fence: true})
+		}
+	})
+	if !errors.Is(openErr, redlock.ErrNoQuorum) {
+		t.Errorf("Open with every master down: %v, want ErrNoQuorum", openErr)
+	}
+	if !errors.Is(downErr, redlock.ErrNoQuorum) {
+		t.Errorf("Acquire with 2 of 3 masters down: %v, want ErrNoQuorum", downErr)
+	}
+	if out != "" {
+		t.Errorf("written to stderr:\n%s", out)
+	}
 }

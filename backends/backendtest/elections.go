@@ -27,6 +27,7 @@ func (s *suite) runElections(t *testing.T) {
 		{"LostHoldEndsTerm", s.testElectLostHold},
 		{"CutOffLeaderYields", s.testElectCutOff},
 		{"LeaderAndObserve", s.testElectObserve},
+		{"ObserveSeesLongTerms", s.testElectObserveTerms},
 		{"DuplicateID", s.testElectDuplicate},
 		{"KilledLeaderFailover", s.testElectKilledLeader},
 		{"PausedLeaderFenced", s.testElectPausedLeader},
@@ -408,12 +409,15 @@ func (s *suite) testElectCutOff(t *testing.T) {
 }
 
 // testElectObserve: Leader and Observe report the leader, and the lack of
-// one, as terms come and go.
+// one, as terms come and go, to an observer without a candidate ID.
 func (s *suite) testElectObserve(t *testing.T) {
 	ctx := testutil.Context(t)
 	name := testutil.UniqueKey(t)
 	opts := &leader.Options{TTL: s.electionTTL(), ObserveInterval: 50 * time.Millisecond}
-	obs := newElection(t, s.backend(t), name, "observer", opts)
+	obs, err := leader.NewObserver(s.backend(t), name, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if _, err := obs.Leader(ctx); !errors.Is(err, dsync.ErrNoLeader) {
 		t.Fatalf("Leader of an empty election: %v, want ErrNoLeader", err)
 	}
@@ -477,6 +481,63 @@ func (s *suite) testElectObserve(t *testing.T) {
 	}
 	if id := next(); id != "" {
 		t.Fatalf("Observe sent %q after b resigned, want no leader", id)
+	}
+}
+
+// testElectObserveTerms: Observe's promise: every term that lasts well
+// over ObserveInterval is reported, once, in order, through hand-overs by
+// resignation (terms shorter than the interval may go unseen: not
+// checked).
+func (s *suite) testElectObserveTerms(t *testing.T) {
+	ctx := testutil.Context(t)
+	name := testutil.UniqueKey(t)
+	const interval = 50 * time.Millisecond
+	opts := &leader.Options{TTL: s.electionTTL(), ObserveInterval: interval}
+	obs, err := leader.NewObserver(s.backend(t), name, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	octx, stop := context.WithCancel(ctx)
+	ch := obs.Observe(octx)
+	var (
+		mu   sync.Mutex // protects seen
+		seen []string   // the leaders reported, "no leader" left out
+	)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for info := range ch {
+			if info.ID != "" {
+				mu.Lock()
+				seen = append(seen, info.ID)
+				mu.Unlock()
+			}
+		}
+	}()
+	defer func() {
+		stop()
+		<-done
+	}()
+	ids := []string{"a", "b", "c"}
+	for _, id := range ids {
+		l, err := newElection(t, s.backend(t), name, id, opts).Campaign(ctx)
+		if err != nil {
+			t.Fatalf("%s's Campaign: %v", id, err)
+		}
+		time.Sleep(10 * interval) // the term's length: a clock to wait out
+		if err := l.Resign(ctx); err != nil {
+			t.Fatalf("%s's Resign: %v", id, err)
+		}
+	}
+	testutil.Eventually(t, 10*time.Second, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(seen) >= len(ids)
+	}, "Observe to report every term")
+	stop()
+	<-done
+	if !slices.Equal(seen, ids) {
+		t.Fatalf("Observe reported leaders %q, want %q: each term lasted 10 observe intervals", seen, ids)
 	}
 }
 

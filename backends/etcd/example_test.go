@@ -2,15 +2,20 @@ package etcd_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log"
+	"net"
+	"net/url"
+	"os"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
 
 	"github.com/dsync-dev/dsync"
 	"github.com/dsync-dev/dsync/backends/etcd"
-	"github.com/dsync-dev/dsync/internal/testenv/etcdtest"
 	"github.com/dsync-dev/dsync/locker"
 )
 
@@ -21,18 +26,18 @@ import (
 // if it wakes up from a long pause convinced that it still holds the lock.
 func Example_fencing() {
 	ctx := context.Background()
-	cluster, err := etcdtest.StartServer(ctx, nil) // an embedded etcd, for the example
+	addr, stop, err := startEtcd() // an embedded etcd, for the example
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer cluster.Close()
-	cli, err := cluster.NewClient()
+	defer stop()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{addr}, Logger: zap.NewNop()})
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer cli.Close()
 
-	b, err := dsync.Open(ctx, cluster.URL()+"/example") // etcd://127.0.0.1:PORT/example
+	b, err := dsync.Open(ctx, "etcd://"+addr+"/example")
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -75,4 +80,61 @@ func Example_fencing() {
 	// tokens increase: true
 	// stale holder's write accepted: false
 	// new holder's write accepted: true
+}
+
+// startEtcd starts a one-member etcd inside the process, on free loopback
+// ports, for the example; in an application, the cluster is yours. stop
+// ends it and removes its data.
+func startEtcd() (addr string, stop func(), err error) {
+	hosts, err := freeLoopbackAddrs(2) // the client's port and the peers'
+	if err != nil {
+		return "", nil, err
+	}
+	dir, err := os.MkdirTemp("", "dsync-example-etcd-")
+	if err != nil {
+		return "", nil, err
+	}
+	client, peer := url.URL{Scheme: "http", Host: hosts[0]}, url.URL{Scheme: "http", Host: hosts[1]}
+	cfg := embed.NewConfig()
+	cfg.Dir = dir
+	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{client}, []url.URL{client}
+	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{peer}, []url.URL{peer}
+	cfg.InitialCluster = cfg.Name + "=" + peer.String()
+	cfg.TickMs, cfg.ElectionMs = 10, 100 // a leader within a fraction of a second
+	cfg.UnsafeNoFsync = true             // its data is thrown away
+	cfg.EnableGRPCGateway = false
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		return "", nil, errors.Join(err, os.RemoveAll(dir))
+	}
+	stop = func() {
+		e.Close()
+		_ = os.RemoveAll(dir)
+	}
+	select {
+	case <-e.Server.ReadyNotify():
+		return hosts[0], stop, nil
+	case err := <-e.Err():
+		stop()
+		return "", nil, err
+	case <-time.After(30 * time.Second):
+		stop()
+		return "", nil, errors.New("etcd did not start within 30s")
+	}
+}
+
+// freeLoopbackAddrs returns n distinct loopback addresses whose ports were
+// free a moment ago.
+func freeLoopbackAddrs(n int) ([]string, error) {
+	var addrs []string
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		defer l.Close() // held until all are picked, so that they differ
+		addrs = append(addrs, l.Addr().String())
+	}
+	return addrs, nil
 }

@@ -23,6 +23,11 @@
 // unfenced lock), bounded by its context; a URL-opened client never
 // retries on its own. WatchReleases dials one shared pub/sub connection.
 //
+// Nothing is logged: a URL-opened client reports a server it cannot reach
+// through errors and gives go-redis's process-wide logger (redis.SetLogger,
+// the application's) no failed dial to print. A client passed to New logs
+// as its application configured go-redis.
+//
 // What is left behind: holds expire on the server; each Cluster hash slot
 // keeps one fence counter per prefix, forever. Close stops the pub/sub
 // connection and closes a client opened from a URL.

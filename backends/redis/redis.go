@@ -49,7 +49,9 @@ var _ backends.Driver = (*Driver)(nil)
 
 // New returns a driver over client, which may be a plain client, a Sentinel
 // failover client or a Cluster client. It makes no I/O. A nil client or an
-// invalid option is an *InvalidError.
+// invalid option is an *InvalidError, and so is a *goredis.Ring: a Ring
+// moves keys to other shards when one misses its heartbeats, where a held
+// lock is free and the fence counter may be behind.
 //
 // The driver does not close client: the application that created it keeps
 // it, and closes it after closing the driver. The client is used as

@@ -66,6 +66,26 @@ func TestNewNilClient(t *testing.T) {
 	}
 }
 
+// TestNewRefusesRing: a Ring client is refused before any I/O, with an
+// error that says why.
+func TestNewRefusesRing(t *testing.T) {
+	srv := redistest.Start(t, nil)
+	ring := goredis.NewRing(&goredis.RingOptions{Addrs: map[string]string{"a": srv.Addr()}})
+	defer ring.Close()
+	d, err := redis.New(ring, nil)
+	if err == nil {
+		_ = d.Close()
+		t.Fatal("New accepted a *goredis.Ring")
+	}
+	var ie *backends.InvalidError
+	if !errors.As(err, &ie) || ie.Field != "client" || !errors.Is(err, backends.ErrInvalid) {
+		t.Fatalf("New(ring) = %v, want an *InvalidError for client", err)
+	}
+	if !strings.Contains(err.Error(), "Ring") || !strings.Contains(err.Error(), "shard") {
+		t.Errorf("the error does not say what is wrong with a Ring: %v", err)
+	}
+}
+
 func TestNewBadPrefix(t *testing.T) {
 	client := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:1"})
 	defer client.Close()

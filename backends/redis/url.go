@@ -94,8 +94,7 @@ func openURL(ctx context.Context, u *url.URL) (backends.Driver, error) {
 	if !q.Has("max_retries") {
 		ro.MaxRetries = -1
 	}
-	ro.ContextTimeoutEnabled = true
-	ro.DialerRetries = 1 // one dial per call: the caller's retry policy decides what comes next
+	ro = redisnode.Own(ro)
 
 	client := goredis.NewClient(ro)
 	d, err := newDriver(client, &opts, true)

@@ -3,6 +3,8 @@ package redis_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +15,7 @@ import (
 	"github.com/dsync-dev/dsync/backends"
 	"github.com/dsync-dev/dsync/backends/backendtest"
 	"github.com/dsync-dev/dsync/internal/testenv/redistest"
+	"github.com/dsync-dev/dsync/internal/testenv/testutil"
 )
 
 func TestSchemesRegistered(t *testing.T) {
@@ -172,5 +175,55 @@ func TestOpenURLUnreachable(t *testing.T) {
 	}
 	if errors.Is(err, backends.ErrInvalid) {
 		t.Errorf("unreachable server reported as an invalid URL: %v", err)
+	}
+}
+
+// TestWritesNothingToStderr: the driver reports a server it cannot reach
+// through errors only. go-redis prints each failed dial through its
+// process-wide logger (stderr by default), which is the application's:
+// dsync neither changes it nor gives it anything to print, at Open or
+// later, for the clients it creates.
+func TestWritesNothingToStderr(t *testing.T) {
+	srv := redistest.Start(t, nil)
+	ctx := testCtx(t)
+	var openErr, downErr, backErr error
+	out := testutil.CaptureStderr(t, func() {
+		var b *dsync.Backend
+		b, openErr = dsync.Open(ctx, "redis://127.0.0.1:1") // nobody listens on port 1
+		if openErr == nil {
+			_ = b.Close()
+		}
+
+		b, err := dsync.Open(ctx, srv.URL())
+		if err != nil {
+			t.Fatalf("Open(%s): %v", srv.URL(), err)
+		}
+		defer b.Close()
+		d := b.Driver()
+		if err := srv.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		for i := range 30 { // more calls than the pool has connections
+			actx, cancel := context.WithTimeout(ctx, time.Second)
+			_, downErr = d.Acquire(actx, req("stderr", fmt.Sprint("t", i), time.Minute))
+			cancel()
+		}
+		if err := srv.Restart(ctx); err != nil {
+			t.Fatal(err)
+		}
+		_, backErr = d.Acquire(ctx, req("stderr", "back", time.Minute))
+	})
+	if openErr == nil || !strings.Contains(openErr.Error(), "connection refused") {
+		t.Errorf("Open of a closed port: %v, want connection refused", openErr)
+	}
+	var opErr *net.OpError
+	if !errors.As(downErr, &opErr) {
+		t.Errorf("Acquire on a killed server: %v, want the dial's *net.OpError", downErr)
+	}
+	if backErr != nil {
+		t.Errorf("Acquire after the server came back: %v", backErr)
+	}
+	if out != "" {
+		t.Errorf("written to stderr:\n%s", out)
 	}
 }

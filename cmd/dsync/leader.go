@@ -18,9 +18,11 @@ const watchInterval = 200 * time.Millisecond
 
 func leaderFlags() *cmdFlags {
 	return newFlags("leader", "usage: dsync leader NAME [--watch] [--json] [flags]", `
-Prints the current leader of the election NAME (its candidate ID), or "no leader". With --watch, prints
-every change ("no leader" included), each with a timestamp, until interrupted: a resignation shows
-at once (the backend's release notice), any other change within --interval.
+Prints the current leader of the election NAME (its candidate ID), or "no leader". With --watch, reads
+the leader every --interval and at once on the backend's release notice, and prints each leader a read
+finds that differs from the last one printed ("no leader" included), with a timestamp, until
+interrupted: a resignation shows at once, another change within --interval. A term shorter than
+--interval may go unseen, and a leader that resigned and won again between two reads shows once.
 
 With --json, each line is one JSON object: {"election":NAME,"leader":ID or null,"time":RFC 3339}.
 The term (fencing token) is not shown: the library reports the leader's ID only.`,
@@ -61,8 +63,7 @@ func runLeader(ctx context.Context, args []string, io stdio) int {
 		return code
 	}
 	defer b.Close()
-	// An observer never campaigns; its ID is never stored.
-	e, err := leader.New(b, name, "dsync-leader-observer", &leader.Options{ObserveInterval: *interval})
+	e, err := leader.NewObserver(b, name, &leader.Options{ObserveInterval: *interval})
 	if err != nil {
 		fmt.Fprintf(io.err, "dsync leader: %s\n", oneLine(err))
 		return exitUsage

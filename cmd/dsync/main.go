@@ -47,8 +47,9 @@ const (
 )
 
 func main() {
-	// go-redis logs every failed dial of a dead node on its own; dsync
-	// reports failures through errors, so the tool keeps its output clean.
+	// go-redis's process-wide logger is the application's to set: the
+	// library gives it no failed dial to print, and the tool silences
+	// whatever else go-redis might print, reporting failures through errors.
 	goredis.SetLogger(quietLogger{})
 	ctx, stop := signalContext(context.Background())
 	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)

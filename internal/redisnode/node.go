@@ -44,10 +44,14 @@ type Node struct {
 }
 
 // New returns a Node over client whose keys start with prefix
-// (DefaultPrefix when empty). It makes no I/O.
+// (DefaultPrefix when empty). It makes no I/O. A *goredis.Ring is an
+// *InvalidError (see ringRefusal).
 func New(client goredis.UniversalClient, prefix string) (*Node, error) {
 	if client == nil {
 		return nil, backends.Invalid("client", "nil")
+	}
+	if _, ring := client.(*goredis.Ring); ring {
+		return nil, backends.Invalid("client", "%s", ringRefusal)
 	}
 	if prefix == "" {
 		prefix = DefaultPrefix
@@ -58,6 +62,16 @@ func New(client goredis.UniversalClient, prefix string) (*Node, error) {
 	_, cluster := client.(*goredis.ClusterClient)
 	return &Node{client: client, prefix: prefix, cluster: cluster}, nil
 }
+
+// ringRefusal says why a Ring cannot carry dsync's holds: it spreads keys
+// over its shards by hash, and when a shard misses its heartbeats the Ring
+// drops it and sends its keys to the others. A lock held on the dropped
+// shard is then free on the shard its key moved to, whose fence counter for
+// the key's slot (shared with other keys there) may be behind: two holders,
+// and tokens that go backwards. No one server orders a key's holds.
+const ringRefusal = "a *redis.Ring spreads keys over shards by hash and moves them to other shards when one misses heartbeats, " +
+	"where a held lock is free and the fence counter may be behind; " +
+	"use a plain, Sentinel or Cluster client, or package redlock for several independent masters"
 
 // CheckPrefix refuses a key prefix that would break the Cluster hash tag.
 func CheckPrefix(p string) error {

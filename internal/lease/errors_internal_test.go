@@ -132,8 +132,10 @@ func TestTryAcquireFailureMatchesSentinel(t *testing.T) {
 		Driver: memory.New(nil),
 		acquire: func(ctx context.Context, _ backends.Request) (backends.Grant, error) {
 			if silent {
-				<-ctx.Done() // a server that does not answer
-				return backends.Grant{}, errors.New("i/o timeout") // as a client words it, without ctx's error
+				// A server that does not answer, and an error worded as
+				// a client words it, without ctx's error.
+				<-ctx.Done()
+				return backends.Grant{}, errors.New("i/o timeout")
 			}
 			return backends.Grant{}, lost
 		},

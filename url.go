@@ -1,6 +1,7 @@
 package dsync
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"net/url"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -208,6 +210,82 @@ func ParseDurationOption(name, v string) (time.Duration, error) {
 		return 0, &InvalidError{Field: "url option " + strconvQuote(name), Reason: d.String() + " is not positive"}
 	}
 	return d, nil
+}
+
+// HostPort checks one server address of a URL and returns it as host:port
+// ([host]:port for an IPv6 address), for the schemes' OpenDriver. It
+// takes host:port or [IPv6]:port and, when defaultPort is not empty, host
+// or [IPv6] alone, which get defaultPort. An empty host, a port that is not
+// a number in 1..65535, a missing port where one is needed, and an IPv6
+// address without brackets (malformed: "::1:6379" could end in a port or
+// not) are *InvalidError values naming the address, before any dial.
+func HostPort(addr, defaultPort string) (string, error) {
+	bad := func(format string, args ...any) error {
+		return &InvalidError{Field: "url", Reason: fmt.Sprintf("host %q: ", addr) + fmt.Sprintf(format, args...)}
+	}
+	switch {
+	case addr == "":
+		return "", &InvalidError{Field: "url", Reason: "no host"}
+	case strings.Contains(addr, ","):
+		return "", bad("a list of hosts where one is expected")
+	}
+	host, port, err := net.SplitHostPort(addr)
+	switch {
+	case err == nil && port == "":
+		return "", bad("empty port")
+	case err == nil:
+	case strings.HasPrefix(addr, "[") && strings.HasSuffix(addr, "]"):
+		host = addr[1 : len(addr)-1] // [IPv6] without a port
+	case strings.Count(addr, ":") > 1 && !strings.Contains(addr, "["):
+		h, p := addr, cmp.Or(defaultPort, "PORT")
+		if i := strings.LastIndex(addr, ":"); isDigits(addr[i+1:]) {
+			h, p = addr[:i], addr[i+1:]
+		}
+		return "", bad("an IPv6 address needs brackets, as in [%s]:%s", h, p)
+	case !strings.ContainsAny(addr, ":[]"):
+		host = addr // a name or IPv4 address without a port
+	default:
+		return "", bad("malformed: %v", err)
+	}
+	switch {
+	case host == "":
+		return "", bad("empty host name")
+	case strings.ContainsAny(host, "[]"):
+		return "", bad("malformed")
+	case port == "" && defaultPort == "":
+		return "", bad("no port (want host:port)")
+	case port == "":
+		port = defaultPort
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return "", bad("port %q is not a number in 1..65535", port)
+	}
+	return net.JoinHostPort(host, port), nil
+}
+
+func isDigits(s string) bool {
+	return s != "" && strings.Trim(s, "0123456789") == ""
+}
+
+// HostList splits a URL's comma-separated host list (url.URL.Host for the
+// schemes that name several servers) and checks each address with
+// HostPort. An empty list or entry is an *InvalidError too.
+func HostList(list, defaultPort string) ([]string, error) {
+	if list == "" {
+		return nil, &InvalidError{Field: "url", Reason: "no host"}
+	}
+	var addrs []string
+	for i, h := range strings.Split(list, ",") {
+		if h == "" {
+			return nil, &InvalidError{Field: "url", Reason: fmt.Sprintf("host %d of the list %q is empty (a stray comma?)", i, list)}
+		}
+		a, err := HostPort(h, defaultPort)
+		if err != nil {
+			return nil, err
+		}
+		addrs = append(addrs, a)
+	}
+	return addrs, nil
 }
 
 func optionNames(s Scheme) []string {

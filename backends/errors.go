@@ -3,7 +3,9 @@ package backends
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Sentinel errors shared by drivers and the portable types above them. The
@@ -57,11 +59,8 @@ func LimitMismatch(key string, limit, holders int) error {
 // every backend rejects the same bad input with the same error, before any
 // I/O.
 func CheckRequest(req Request, caps Capabilities) error {
-	if req.Key == "" {
-		return Invalid("key", "empty")
-	}
-	if len(req.Key) > MaxKeySize {
-		return Invalid("key", "%d bytes exceeds the maximum of %d", len(req.Key), MaxKeySize)
+	if err := CheckKey(req.Key); err != nil {
+		return err
 	}
 	if req.Token == "" {
 		return Invalid("token", "empty")
@@ -80,6 +79,27 @@ func CheckRequest(req Request, caps Capabilities) error {
 	}
 	if len(req.Value) > MaxValueSize {
 		return Invalid("value", "%d bytes exceeds the maximum of %d", len(req.Value), MaxValueSize)
+	}
+	return nil
+}
+
+// CheckKey validates a key (the name of a lock, semaphore or election):
+// not empty, at most MaxKeySize bytes, valid UTF-8 and free of NUL bytes.
+// Every backend could store any bytes, but a name must be one that every
+// tool can address: the dsync command takes it as an argument and hands
+// it to the command it runs in an environment variable, neither of which
+// can carry a NUL, and JSON output and log lines cannot carry invalid
+// UTF-8 unchanged.
+func CheckKey(key string) error {
+	switch {
+	case key == "":
+		return Invalid("key", "empty")
+	case len(key) > MaxKeySize:
+		return Invalid("key", "%d bytes exceeds the maximum of %d", len(key), MaxKeySize)
+	case strings.IndexByte(key, 0) >= 0:
+		return Invalid("key", "%q contains a NUL byte", key)
+	case !utf8.ValidString(key):
+		return Invalid("key", "%q is not valid UTF-8", key)
 	}
 	return nil
 }

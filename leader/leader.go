@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/dsync-dev/dsync"
 	"github.com/dsync-dev/dsync/backends"
@@ -84,11 +86,15 @@ var _ dsync.LeaderElection = (*Election)(nil)
 // New returns candidateID's view of the election name on b. The election
 // lives on the backend key name (a lock of the same key is the same hold).
 // It checks the options against each other and against the backend, with
-// no I/O: an empty name or candidate ID, or a bad option, is an
-// *dsync.InvalidError naming it.
+// no I/O: a name that is not a valid key (see locker.New), a candidate ID
+// that is empty, above backends.MaxValueSize or not text (a NUL byte,
+// invalid UTF-8), or a bad option, is an *dsync.InvalidError naming it.
 func New(b *dsync.Backend, name, candidateID string, opts *Options) (*Election, error) {
-	if candidateID == "" {
+	switch {
+	case candidateID == "":
 		return nil, backends.Invalid("candidate id", "empty: each candidate needs an ID of its own, which Leader and Observe report (to observe without campaigning, use NewObserver)")
+	case strings.IndexByte(candidateID, 0) >= 0 || !utf8.ValidString(candidateID):
+		return nil, backends.Invalid("candidate id", "%q is not text (a NUL byte, or not valid UTF-8): Leader reports it as a string", candidateID)
 	}
 	cfg, o, err := newConfig(b, name, []byte(candidateID), opts)
 	if err != nil {

@@ -90,11 +90,14 @@ type Locker struct {
 
 var _ dsync.Locker = (*Locker)(nil)
 
-// New returns a Locker for key on b. It checks the options against each
-// other and against the backend's capabilities, with no I/O: a nil
-// backend, an empty key, a negative TTL or one below the backend's
-// resolution (zero means the default), or a TTL that the drift allowance
-// leaves no validity is an *dsync.InvalidError naming the problem.
+// New returns a Locker for key on b. It checks the key and the options
+// against each other and against the backend's capabilities, with no I/O.
+// A key is any valid UTF-8 text of 1 to backends.MaxKeySize bytes without
+// a NUL byte, on every backend. A nil backend, a bad key, a value above
+// backends.MaxValueSize, a negative TTL or one the backend refuses (see
+// its CheckTTL: below its resolution, above its maximum; zero means the
+// default), or a TTL that the drift allowance leaves no validity is an
+// *dsync.InvalidError naming the problem.
 func New(b *dsync.Backend, key string, opts *Options) (*Locker, error) {
 	cfg, err := lease.New(b, key, 1, (*lease.Options)(opts))
 	if err != nil {

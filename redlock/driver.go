@@ -48,8 +48,9 @@ type Options struct {
 	// restarted without persistence can grant a held lock twice) and exists
 	// for tests that show why quarantine is on by default.
 	NoQuarantine bool
-	// Logger receives configuration warnings (an even number of nodes).
-	// Default nil: nothing is logged.
+	// Logger receives configuration warnings (an even number of nodes, a
+	// node found to be another address of a listed master). Default nil:
+	// nothing is logged.
 	Logger *slog.Logger
 }
 
@@ -108,7 +109,11 @@ var _ backends.Driver = (*Driver)(nil)
 // New connects to the nodes (one go-redis client each, configured from the
 // given options) and probes them within ctx. It fails when fewer than a
 // quorum answer, when two entries reach the same server (same run_id), or
-// on invalid options. Each client is set up for dsync: no go-redis retries
+// on invalid options. A node that did not answer here and turns out, when
+// it first does, to reach the server of a node listed before it is an
+// alias: it is left out of every quorum (its error matches ErrAlias and
+// names both addresses; Options.Logger is told), so one server never
+// casts two votes. Each client is set up for dsync: no go-redis retries
 // (one attempt per call), context deadlines honoured, and a connection hook
 // that reads the server's run_id and uptime for the restart quarantine
 // (chained after an OnConnect of the caller's).
@@ -134,8 +139,9 @@ func New(ctx context.Context, nodes []*goredis.Options, opts *Options) (*Driver,
 	}
 	d.won.init()
 	d.ctx, d.cancel = context.WithCancel(context.Background())
+	ids := newIdentities(o.Logger)
 	for i, no := range nodes {
-		n, err := newNode(i, no, &o)
+		n, err := newNode(i, no, &o, ids)
 		if err != nil {
 			_ = d.Close()
 			return nil, err

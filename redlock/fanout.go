@@ -14,11 +14,13 @@ import (
 // the error the node counts with instead.
 type selector func(n *node, now time.Time) error
 
-// everyNode selects all nodes, quarantined ones included.
-func everyNode(*node, time.Time) error { return nil }
+// everyServer selects one node per server, quarantined ones included:
+// every node but the aliases.
+func everyServer(n *node, _ time.Time) error { return n.aliasOf() }
 
-// voting selects the nodes not in restart quarantine.
-func voting(n *node, now time.Time) error { return n.quarantined(now) }
+// voting selects the nodes whose vote counts: neither aliases nor in
+// restart quarantine.
+func voting(n *node, now time.Time) error { return n.excluded(now) }
 
 // fanOut runs op on the selected nodes in parallel, each bounded by nt (and
 // Close) but not by ctx, and returns how many succeeded and the others'
@@ -59,6 +61,13 @@ func fanOutValues[T any](d *Driver, ctx context.Context, nt time.Duration, sel s
 		started := d.spawn(func() {
 			v, err := op(nctx.ctx, n)
 			nctx.done()
+			if err == nil {
+				// A request that ran on a new connection (the node's
+				// first, or one after a restart) answered for the process
+				// that connection reached, which the selector can judge
+				// only now that its hook has read the run_id and uptime.
+				err = sel(n, time.Now())
+			}
 			results <- nodeResult[T]{i, v, err}
 		})
 		if started {

@@ -26,7 +26,7 @@ func (d *Driver) heldTarget(key, token string) (redisnode.Target, error) {
 }
 
 // Release deletes the hold on every node in parallel (quarantined ones
-// included), each bounded by the per-node timeout, and tells stragglers of
+// included; an alias's server is its original's), each bounded by the per-node timeout, and tells stragglers of
 // its acquisition to release their node when their reply arrives. It
 // returns nil when a quorum deleted it, ErrNotHeld when it was gone from
 // more nodes than a quorum tolerates, and the nodes' errors otherwise. For
@@ -42,7 +42,7 @@ func (d *Driver) Release(ctx context.Context, key, token string) error {
 	h := d.inFlight[holdRef{t, token}]
 	d.mu.Unlock()
 	nt, _ := d.timeoutFor(d.maxTTL)
-	return d.quorumResult("release", d.fanOutCounted(ctx, nt, everyNode, func(ctx context.Context, n *node) error {
+	return d.quorumResult("release", d.fanOutCounted(ctx, nt, everyServer, func(ctx context.Context, n *node) error {
 		if h != nil {
 			if !d.awaitLanding(ctx, h, n.index) {
 				return fmt.Errorf("the acquisition's request was still in flight: %w", cmp.Or(ctx.Err(), context.DeadlineExceeded))
@@ -88,8 +88,8 @@ func (d *Driver) awaitLanding(ctx context.Context, h *hold, i int) bool {
 	}
 }
 
-// Refresh resets the hold's TTL on every node that is not quarantined, in
-// parallel; it succeeds when a quorum refreshed it. A hold gone from more
+// Refresh resets the hold's TTL on every node whose vote counts (neither
+// quarantined nor an alias), in parallel; it succeeds when a quorum refreshed it. A hold gone from more
 // nodes than a quorum tolerates is ErrNotHeld; expired keys are never
 // re-created. For a semaphore, key is the semaphore's.
 func (d *Driver) Refresh(ctx context.Context, key, token string, ttl time.Duration) error {
@@ -145,7 +145,8 @@ func (d *Driver) quorumResult(op string, c counted) error {
 // same token in the same place: the lock, or one slot of a semaphore), with
 // the smallest TTL among those nodes; of several such holders of a
 // semaphore, the one whose hold expires last. It returns ErrNotHeld when no
-// hold has a quorum. It reads every node in one parallel round.
+// hold has a quorum. It reads every node whose vote counts in one
+// parallel round.
 func (d *Driver) Holder(ctx context.Context, key string) (backends.HolderInfo, error) {
 	if d.closed.Load() {
 		return backends.HolderInfo{}, backends.ErrClosed

@@ -27,14 +27,16 @@ type node struct {
 	notices    *redisnode.Notifier
 	maxTTL     time.Duration
 	quarantine bool
+	ids        *identities // the driver's
 
 	mu    sync.Mutex // protects the fields below
 	runID string     // of the server process last connected to
 	until time.Time  // quarantined before this local time
+	alias error      // matches ErrAlias while that process is another node's
 }
 
-func newNode(index int, opts *goredis.Options, o *Options) (*node, error) {
-	n := &node{index: index, addr: opts.Addr, maxTTL: o.MaxTTL, quarantine: !o.NoQuarantine}
+func newNode(index int, opts *goredis.Options, o *Options, ids *identities) (*node, error) {
+	n := &node{index: index, addr: opts.Addr, maxTTL: o.MaxTTL, quarantine: !o.NoQuarantine, ids: ids}
 	co := redisnode.Own(opts)
 	co.MaxRetries = -1 // one attempt per call: dsync knows what is safe to repeat
 	userHook := opts.OnConnect
@@ -58,7 +60,8 @@ func newNode(index int, opts *goredis.Options, o *Options) (*node, error) {
 
 // onConnect reads the server's run_id and uptime on every new connection.
 // A connection reaches one server process for its whole life, so every
-// command sent on it is attributed to the process recorded here.
+// command sent on it is attributed to the process recorded here: its
+// quarantine, and whether another node reached it first (an alias).
 func (n *node) onConnect(ctx context.Context, cn *goredis.Conn) error {
 	info, err := cn.Info(ctx, "server").Result()
 	if err != nil {
@@ -68,10 +71,11 @@ func (n *node) onConnect(ctx context.Context, cn *goredis.Conn) error {
 	if err != nil {
 		return err
 	}
+	alias := n.ids.connected(n, runID)
 	now := time.Now()
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	n.runID = runID
+	n.runID, n.alias = runID, alias
 	// uptime_in_seconds is the difference of two instants each truncated
 	// to the second, so it may exceed the true uptime by up to a second: a
 	// process that started late in the previous second reports 1 a few
@@ -108,6 +112,23 @@ func parseServerInfo(info string) (runID string, uptime time.Duration, err error
 		return "", 0, errors.New("redlock: INFO server lacks run_id or uptime_in_seconds")
 	}
 	return runID, uptime, nil
+}
+
+// excluded returns why the node's vote does not count at now: an error
+// matching ErrAlias or ErrQuarantined; nil when it votes.
+func (n *node) excluded(now time.Time) error {
+	if err := n.aliasOf(); err != nil {
+		return err
+	}
+	return n.quarantined(now)
+}
+
+// aliasOf returns an error matching ErrAlias while the node's server is
+// another node's; nil otherwise.
+func (n *node) aliasOf() error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.alias
 }
 
 // quarantined returns an error matching ErrQuarantined while the node's

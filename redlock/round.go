@@ -152,7 +152,8 @@ func (d *Driver) attempt(ctx context.Context, t redisnode.Target, req backends.R
 }
 
 // round is one Redlock attempt on one target: its requests, sent to every
-// node not quarantined, and the votes collected until it was decided.
+// node whose vote counts (see voting), and the votes collected until it
+// was decided.
 type round struct {
 	ref     holdRef
 	h       *hold
@@ -169,7 +170,7 @@ type round struct {
 // MaxTTL rather than all of it.
 const seedSteps = 8
 
-// round sends req for ref to every node not quarantined, in parallel, and
+// round sends req for ref to every node whose vote counts, in parallel, and
 // collects votes until quorum is reached or out of reach, the per-node
 // timeout passes, or ctx ends. The caller must decide the round.
 func (d *Driver) round(ctx context.Context, ref holdRef, req backends.Request, nt time.Duration) *round {
@@ -179,7 +180,7 @@ func (d *Driver) round(ctx context.Context, ref holdRef, req backends.Request, n
 	// A reply later than the TTL is moot: the key has expired by then.
 	nctx := d.sharedCtx(req.TTL, len(d.nodes))
 	for _, n := range d.nodes {
-		if err := n.quarantined(start); err != nil {
+		if err := n.excluded(start); err != nil {
 			r.votes <- vote{node: n, err: err}
 			nctx.done()
 			continue
@@ -196,11 +197,12 @@ func (d *Driver) round(ctx context.Context, ref holdRef, req backends.Request, n
 			nctx.done()
 			v := vote{node: n, fence: fence, err: err, applied: err == nil, mayHold: err == nil || !refusedOutright(err)}
 			if err == nil {
-				// A request that found its connection broken by a restart
-				// ran on a new one, whose hook has only now learned the
-				// server's uptime: the check made before sending it was
-				// about the previous process.
-				if qerr := n.quarantined(time.Now()); qerr != nil {
+				// A request that found its connection broken by a restart,
+				// or that was the node's first, ran on a new connection,
+				// whose hook has only now learned the server's uptime and
+				// run_id: the check made before sending it was about the
+				// previous process, or about none.
+				if qerr := n.excluded(time.Now()); qerr != nil {
 					v.err = qerr
 				}
 			}
@@ -310,7 +312,7 @@ func (d *Driver) withdrawRound(r *round, nt time.Duration, all bool) {
 			mayHold |= 1 << v.node.index
 		}
 	}
-	sel := everyNode
+	sel := everyServer
 	if !all {
 		sel = func(n *node, _ time.Time) error {
 			if mayHold&(1<<n.index) == 0 {

@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"fmt"
 	"net/url"
 	"strconv"
 	"strings"
@@ -32,14 +33,28 @@ func init() {
 }
 
 // openURL opens redlock://[user:password@]h1:p1,h2:p2[/db][?options]. The
-// host list is split here: url.URL.Hostname() does not understand lists.
+// host list and the addr= options are checked by dsync.HostList and
+// HostPort (every node needs its port), before any dial.
 func openURL(ctx context.Context, u *url.URL) (backends.Driver, error) {
 	q := u.Query()
 	var hosts []string
 	if u.Host != "" {
-		hosts = strings.Split(u.Host, ",")
+		var err error
+		if hosts, err = dsync.HostList(u.Host, ""); err != nil {
+			if strings.Contains(err.Error(), "brackets") {
+				// url.Parse takes no brackets after a comma.
+				return nil, fmt.Errorf("%w (in a list, give each IPv6 node as an addr= option: redlock:///?addr=[::1]:6379&addr=[::1]:6380)", err)
+			}
+			return nil, err
+		}
 	}
-	hosts = append(hosts, q["addr"]...)
+	for _, a := range q["addr"] {
+		h, err := dsync.HostPort(a, "")
+		if err != nil {
+			return nil, fmt.Errorf("url option \"addr\": %w", err)
+		}
+		hosts = append(hosts, h)
+	}
 	if len(hosts) == 0 {
 		return nil, backends.Invalid("url", "redlock needs at least one node: redlock://h1:6379,h2:6379,h3:6379")
 	}
@@ -82,14 +97,7 @@ func openURL(ctx context.Context, u *url.URL) (backends.Driver, error) {
 		}
 	}
 	var nodes []*goredis.Options
-	for i, h := range hosts {
-		h = strings.TrimSpace(h)
-		if h == "" {
-			return nil, backends.Invalid("url", "node %d of the host list is empty (a stray comma?)", i)
-		}
-		if !strings.Contains(h, ":") || strings.HasSuffix(h, ":") || strings.HasPrefix(h, ":") {
-			return nil, backends.Invalid("url", "node %q needs host:port", h)
-		}
+	for _, h := range hosts {
 		nu := url.URL{Scheme: scheme, User: u.User, Host: h, Path: u.Path, RawQuery: nodeQuery.Encode()}
 		no, perr := goredis.ParseURL(nu.String())
 		if perr != nil {

@@ -39,9 +39,10 @@ type Semaphore struct {
 var _ dsync.Semaphore = (*Semaphore)(nil)
 
 // New returns a semaphore of size permits named name on b. It makes no I/O:
-// an empty name, a size <= 0 or above what the backend supports, or bad
-// options are errors here (*dsync.InvalidError, or dsync.ErrUnsupported for
-// a backend that offers locks only).
+// a name that is not a valid key (see locker.New), a size <= 0 or above
+// what the backend supports, or bad options are errors here
+// (*dsync.InvalidError, or dsync.ErrUnsupported for a backend that offers
+// locks only).
 //
 // Every user of a name must agree on its size. A disagreement shows at the
 // first acquisition attempt that meets holders of the other size (the

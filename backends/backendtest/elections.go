@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -43,8 +42,9 @@ func newElection(t testing.TB, b *dsync.Backend, name, id string, opts *leader.O
 	return e
 }
 
-// holdToken is the secret token of a term's hold on the backend.
-func holdToken(t testing.TB, l dsync.Leadership) string {
+// holdToken is the secret token of the hold of a lease, permit or
+// leadership on the backend.
+func holdToken(t testing.TB, l any) string {
 	t.Helper()
 	h, ok := l.(interface{ HoldToken() string })
 	if !ok {
@@ -306,47 +306,6 @@ func (s *suite) testElectLostHold(t *testing.T) {
 	log.checkPairs(t)
 }
 
-// cutDriver passes calls on to its driver until it is cut off from the
-// server; then every call fails as an unreachable server's would.
-type cutDriver struct {
-	backends.Driver
-	cut atomic.Bool
-}
-
-var errCut = errors.New("backendtest: cut off from the server")
-
-func (d *cutDriver) Acquire(ctx context.Context, req backends.Request) (backends.Grant, error) {
-	if d.cut.Load() {
-		return backends.Grant{}, errCut
-	}
-	return d.Driver.Acquire(ctx, req)
-}
-
-func (d *cutDriver) Refresh(ctx context.Context, key, token string, ttl time.Duration) error {
-	if d.cut.Load() {
-		return errCut
-	}
-	return d.Driver.Refresh(ctx, key, token, ttl)
-}
-
-func (d *cutDriver) Release(ctx context.Context, key, token string) error {
-	if d.cut.Load() {
-		return errCut
-	}
-	return d.Driver.Release(ctx, key, token)
-}
-
-func (d *cutDriver) Holder(ctx context.Context, key string) (backends.HolderInfo, error) {
-	if d.cut.Load() {
-		return backends.HolderInfo{}, errCut
-	}
-	return d.Driver.Holder(ctx, key)
-}
-
-func (d *cutDriver) CheckTTL(ttl time.Duration) error {
-	return d.Driver.CheckTTL(ttl)
-}
-
 // testElectCutOff: a leader cut off from the server (every request fails)
 // stops leading when its lease's validity runs out, and the follower is
 // granted leadership only after that moment.
@@ -354,12 +313,7 @@ func (s *suite) testElectCutOff(t *testing.T) {
 	ctx := testutil.Context(t)
 	name := testutil.UniqueKey(t)
 	ttl := s.h.ShortTTL
-	inner := s.backend(t)
-	cd := &cutDriver{Driver: inner.Driver()}
-	ba, err := dsync.NewBackend(cd, &dsync.BackendOptions{Name: inner.String(), Defaults: inner.Defaults()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ba, cd := s.spyOn(t)
 	a := newElection(t, ba, name, "a", &leader.Options{TTL: ttl})
 	la, err := a.Campaign(ctx)
 	if err != nil {
@@ -378,7 +332,7 @@ func (s *suite) testElectCutOff(t *testing.T) {
 	}()
 	time.Sleep(ttl) // some renewals first: the cadence under test
 	cut := time.Now()
-	cd.cut.Store(true)
+	cd.link.Store(linkCut)
 	var lostAt time.Time
 	select {
 	case <-la.Done():

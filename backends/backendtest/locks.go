@@ -27,70 +27,6 @@ func newLocker(t testing.TB, b *dsync.Backend, key string, opts *locker.Options)
 
 func (s *suite) short() *locker.Options { return &locker.Options{TTL: s.h.ShortTTL} }
 
-func (s *suite) testBadInput(t *testing.T) {
-	b := s.backend(t)
-	ctx := testutil.Context(t)
-	for _, tc := range []struct {
-		name  string
-		key   string
-		opts  *locker.Options
-		nilB  bool
-		field string
-	}{
-		{name: "nil backend", key: "k", nilB: true, field: "backend"},
-		{name: "empty key", key: "", field: "key"},
-		{name: "negative ttl", key: "k", opts: &locker.Options{TTL: -time.Second}, field: "ttl"},
-		{name: "ttl below resolution", key: "k", opts: &locker.Options{TTL: time.Nanosecond}, field: "ttl"},
-		{name: "ttl eaten by drift", key: "k", opts: &locker.Options{TTL: 2 * time.Second, DriftMin: 3 * time.Second}, field: "ttl"},
-		{name: "extend interval over validity", key: "k", opts: &locker.Options{TTL: 2 * time.Second, ExtendInterval: 2 * time.Second}, field: "extend interval"},
-		{name: "negative max extensions", key: "k", opts: &locker.Options{MaxExtensions: -1}, field: "max extensions"},
-		{name: "max hold below ttl", key: "k", opts: &locker.Options{TTL: 10 * time.Second, MaxHold: time.Second}, field: "max hold"},
-		{name: "value too large", key: "k", opts: &locker.Options{Value: make([]byte, backends.MaxValueSize+1)}, field: "value"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			bb := b
-			if tc.nilB {
-				bb = nil
-			}
-			_, err := locker.New(bb, tc.key, tc.opts)
-			var ie *dsync.InvalidError
-			if !errors.Is(err, dsync.ErrInvalid) || !errors.As(err, &ie) || ie.Field != tc.field {
-				t.Fatalf("locker.New: %v, want an *InvalidError on %q", err, tc.field)
-			}
-		})
-	}
-
-	d := b.Driver()
-	ttl := s.h.ShortTTL
-	for _, tc := range []struct {
-		name string
-		req  backends.Request
-	}{
-		{"empty key", backends.Request{Token: "t", TTL: ttl}},
-		{"empty token", backends.Request{Key: "k", TTL: ttl}},
-		{"zero ttl", backends.Request{Key: "k", Token: "t"}},
-		{"negative ttl", backends.Request{Key: "k", Token: "t", TTL: -ttl}},
-		{"negative limit", backends.Request{Key: "k", Token: "t", TTL: ttl, Limit: -1}},
-		{"value too large", backends.Request{Key: "k", Token: "t", TTL: ttl, Value: make([]byte, backends.MaxValueSize+1)}},
-	} {
-		t.Run("driver "+tc.name, func(t *testing.T) {
-			if _, err := d.Acquire(ctx, tc.req); !errors.Is(err, dsync.ErrInvalid) {
-				t.Fatalf("driver Acquire: %v, want ErrInvalid", err)
-			}
-		})
-	}
-	for name, err := range map[string]error{
-		"refresh empty key":   d.Refresh(ctx, "", "t", ttl),
-		"refresh zero ttl":    d.Refresh(ctx, "k", "t", 0),
-		"release empty key":   d.Release(ctx, "", "t"),
-		"release empty token": d.Release(ctx, "k", ""),
-	} {
-		if !errors.Is(err, dsync.ErrInvalid) {
-			t.Errorf("driver %s: %v, want ErrInvalid", name, err)
-		}
-	}
-}
-
 func (s *suite) testExclusive(t *testing.T) {
 	ctx := testutil.Context(t)
 	key := testutil.UniqueKey(t)
@@ -263,28 +199,6 @@ func (s *suite) testReleaseAfterExpiry(t *testing.T) {
 	}
 }
 
-func (s *suite) testDoubleRelease(t *testing.T) {
-	ctx := testutil.Context(t)
-	ls := testutil.MustAcquire(t, ctx, newLocker(t, s.backend(t), testutil.UniqueKey(t), nil))
-	if err := ls.Release(ctx); err != nil {
-		t.Fatalf("Release: %v", err)
-	}
-	if err := ls.Release(ctx); !errors.Is(err, dsync.ErrNotHeld) {
-		t.Fatalf("second Release: %v, want ErrNotHeld", err)
-	}
-	if err := ls.Err(); !errors.Is(err, dsync.ErrReleased) {
-		t.Fatalf("Err after Release: %v, want ErrReleased", err)
-	}
-	if err := ls.Extend(ctx); !errors.Is(err, dsync.ErrNotHeld) {
-		t.Fatalf("Extend after Release: %v, want ErrNotHeld", err)
-	}
-	select {
-	case <-ls.Done():
-	default:
-		t.Fatal("Done not closed after Release")
-	}
-}
-
 func (s *suite) testFencesIncrease(t *testing.T) {
 	ctx := testutil.Context(t)
 	key := testutil.UniqueKey(t)
@@ -332,15 +246,6 @@ func (s *suite) testCancel(t *testing.T) {
 	if _, err := waiter.Acquire(dctx); !errors.Is(err, dsync.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("timed-out Acquire: %v, want ErrNotAcquired and context.DeadlineExceeded", err)
 	}
-	done, cancel3 := context.WithCancel(ctx)
-	cancel3()
-	if ls, err := newLocker(t, s.backend(t), testutil.UniqueKey(t), nil).Acquire(done); err == nil || !errors.Is(err, context.Canceled) {
-		if ls != nil {
-			_ = ls.Release(ctx)
-		}
-		t.Fatalf("Acquire with a cancelled context: %v, want context.Canceled", err)
-	}
-
 	if err := holder.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -562,31 +467,6 @@ func (s *suite) testPlainContention(t *testing.T) {
 	}
 	if err := d.Release(ctx, req.Key, "contender"); !errors.Is(err, backends.ErrNotHeld) {
 		t.Fatalf("Release of the refused token: %v, want ErrNotHeld (nothing left behind)", err)
-	}
-}
-
-func (s *suite) testUseAfterClose(t *testing.T) {
-	ctx := testutil.Context(t)
-	b := s.h.NewBackend(t)
-	l := newLocker(t, b, testutil.UniqueKey(t), nil)
-	ls := testutil.MustAcquire(t, ctx, l)
-	if err := b.Close(); err != nil {
-		t.Fatalf("Close: %v", err)
-	}
-	if err := b.Close(); err != nil {
-		t.Fatalf("second Close: %v", err)
-	}
-	if _, err := l.TryAcquire(ctx); !errors.Is(err, dsync.ErrClosed) {
-		t.Errorf("TryAcquire after Close: %v, want ErrClosed", err)
-	}
-	if _, err := l.Acquire(ctx); !errors.Is(err, dsync.ErrClosed) {
-		t.Errorf("Acquire after Close: %v, want ErrClosed", err)
-	}
-	if err := ls.Extend(ctx); !errors.Is(err, dsync.ErrClosed) {
-		t.Errorf("Extend after Close: %v, want ErrClosed", err)
-	}
-	if err := ls.Release(ctx); !errors.Is(err, dsync.ErrClosed) {
-		t.Errorf("Release after Close: %v, want ErrClosed", err)
 	}
 }
 

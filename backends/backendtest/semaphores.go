@@ -19,10 +19,9 @@ import (
 	"github.com/dsync-dev/dsync/semaphore"
 )
 
-// runSemaphores runs the semaphore checks; only BadSize applies to a
-// driver that offers locks only.
+// runSemaphores runs the semaphore checks (the bad-input table has the
+// semaphores' rows).
 func (s *suite) runSemaphores(t *testing.T) {
-	runChecks(t, []check{{"BadSize", s.testSemBadSize}})
 	if caps := s.backend(t).Driver().Capabilities(); caps.MaxLimit < 2 {
 		t.Skipf("the %s driver offers locks only (MaxLimit %d)", caps.Name, caps.MaxLimit)
 	}
@@ -58,26 +57,6 @@ func wantFull(t testing.TB, ctx context.Context, sem dsync.Semaphore) {
 	}
 	if !errors.Is(err, dsync.ErrNotAcquired) {
 		t.Fatalf("TryAcquire on a full semaphore: %v, want ErrNotAcquired", err)
-	}
-}
-
-func (s *suite) testSemBadSize(t *testing.T) {
-	b := s.backend(t)
-	for _, size := range []int{0, -1} {
-		_, err := semaphore.New(b, "k", size, nil)
-		var inv *dsync.InvalidError
-		if !errors.As(err, &inv) || inv.Field != "size" {
-			t.Errorf("New with size %d: %v, want an InvalidError on size", size, err)
-		}
-	}
-	caps := b.Driver().Capabilities()
-	_, err := semaphore.New(b, "k", caps.MaxLimit+1, nil)
-	if !errors.Is(err, dsync.ErrInvalid) && !errors.Is(err, dsync.ErrUnsupported) {
-		t.Errorf("New with size %d above the backend's maximum: %v, want ErrInvalid or ErrUnsupported", caps.MaxLimit+1, err)
-	}
-	_, err = semaphore.New(b, "", 2, nil)
-	if !errors.Is(err, dsync.ErrInvalid) {
-		t.Errorf("New with an empty name: %v, want ErrInvalid", err)
 	}
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"testing"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -13,26 +12,6 @@ import (
 
 	"github.com/dsync-dev/dsync/backends"
 )
-
-func TestParseHosts(t *testing.T) {
-	for in, want := range map[string][]string{
-		"h1":                    {"h1:2379"},
-		"h1:2380,h2":            {"h1:2380", "h2:2379"},
-		"[::1]:2379,[fe80::1]":  {"[::1]:2379", "[fe80::1]:2379"},
-		"10.0.0.1,10.0.0.2:23":  {"10.0.0.1:2379", "10.0.0.2:23"},
-		"etcd-0.etcd.svc:12379": {"etcd-0.etcd.svc:12379"},
-	} {
-		got, err := parseHosts(in)
-		if err != nil || !slices.Equal(got, want) {
-			t.Errorf("parseHosts(%q) = %v, %v; want %v", in, got, err, want)
-		}
-	}
-	for _, in := range []string{"", ",", "h1,", ":2379", "h1:x", "h1:70000", "::1", "[::1"} {
-		if got, err := parseHosts(in); err == nil {
-			t.Errorf("parseHosts(%q) = %v, want an error", in, got)
-		}
-	}
-}
 
 // TestEscapeNameInjective: distinct names give distinct keys, and no key
 // has a "/" after the prefix, so no name nests under another.

@@ -6,7 +6,6 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"os"
 	"strconv"
@@ -79,7 +78,10 @@ func urlOptions(secure bool) []dsync.OptionDoc {
 // quorum and tells the cluster's minimum lease TTL. dsync.Open has already
 // rejected options not in urlOptions.
 func openURL(ctx context.Context, u *url.URL) (backends.Driver, error) {
-	endpoints, err := parseHosts(u.Host)
+	if u.Host == "" {
+		return nil, backends.Invalid("url", "no host (want %s://host1:2379,host2:2379/prefix)", u.Scheme)
+	}
+	endpoints, err := dsync.HostList(u.Host, defaultPort)
 	if err != nil {
 		return nil, err
 	}
@@ -177,41 +179,6 @@ func openURL(ctx context.Context, u *url.URL) (backends.Driver, error) {
 		return nil, fmt.Errorf("%s: %w", where, ctx.Err())
 	}
 	return d, nil
-}
-
-// parseHosts splits a URL's host list into client endpoints, adding the
-// default port where none is given.
-func parseHosts(list string) ([]string, error) {
-	if list == "" {
-		return nil, backends.Invalid("url", "no host (want etcd://host1:2379,host2:2379/prefix)")
-	}
-	var eps []string
-	for h := range strings.SplitSeq(list, ",") {
-		if h == "" {
-			return nil, backends.Invalid("url", "empty host in the list %q", list)
-		}
-		host, port, err := net.SplitHostPort(h)
-		if err != nil {
-			// No port: "host", or "[::1]" for an IPv6 literal.
-			host, port = h, defaultPort
-			if strings.HasPrefix(h, "[") && strings.HasSuffix(h, "]") {
-				host = h[1 : len(h)-1]
-			} else if strings.ContainsAny(h, ":[]") {
-				return nil, backends.Invalid("url", "malformed host %q", h)
-			}
-		}
-		if strings.ContainsAny(host, "[]") {
-			return nil, backends.Invalid("url", "malformed host %q", h)
-		}
-		if host == "" {
-			return nil, backends.Invalid("url", "empty host name in %q", h)
-		}
-		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
-			return nil, backends.Invalid("url", "bad port in %q", h)
-		}
-		eps = append(eps, net.JoinHostPort(host, port))
-	}
-	return eps, nil
 }
 
 // tlsConfig builds the TLS configuration of an etcds URL.

@@ -296,3 +296,40 @@ func TestNewOverOwnClient(t *testing.T) {
 		t.Fatalf("client closed with the backend: %v", err)
 	}
 }
+
+// TestOpenURLMalformed: the URL table every scheme runs, before any dial.
+func TestOpenURLMalformed(t *testing.T) {
+	for _, scheme := range []string{"etcd", "etcds"} {
+		t.Run(scheme, func(t *testing.T) {
+			backendtest.CheckBadURLs(t, scheme+"://root:s3cret@HOST/app",
+				backendtest.URLCase{URL: scheme + "://", Text: "no host (want " + scheme + "://host1:2379,host2:2379/prefix)"},
+				backendtest.URLCase{URL: scheme + ":///prefix", Text: "no host"},
+				backendtest.URLCase{URL: scheme + "://127.0.0.1:1,,127.0.0.1:2", Text: "stray comma"},
+				backendtest.URLCase{URL: scheme + "://127.0.0.1:1,:2", Text: "empty host name"},
+				backendtest.URLCase{URL: scheme + "://127.0.0.1:99999,127.0.0.1:2", Text: `port "99999"`},
+				backendtest.URLCase{URL: scheme + "://127.0.0.1:1/?dial_timeout=1s&dial_timeout=2s", Text: "more than once"},
+			)
+		})
+	}
+}
+
+// TestOpenURLIPv6Accepted: an IPv6 address in brackets, with or without a
+// port, passes the URL checks (the open then fails for want of a server,
+// naming the endpoint).
+func TestOpenURLIPv6Accepted(t *testing.T) {
+	for u, endpoint := range map[string]string{
+		"etcd://[::1]:1/app": "[::1]:1",
+		"etcd://[::1]/app":   "[::1]:2379",
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		b, err := dsync.Open(ctx, u)
+		cancel()
+		if err == nil {
+			b.Close()
+			continue // an etcd on [::1]:2379: accepted all the same
+		}
+		if errors.Is(err, backends.ErrInvalid) || !strings.Contains(err.Error(), "etcd at "+endpoint) {
+			t.Errorf("Open(%s) = %v; want it to reach for %s, not ErrInvalid", u, err, endpoint)
+		}
+	}
+}

@@ -25,6 +25,8 @@ func openURL(ctx context.Context, u *url.URL) (backends.Driver, error) {
 	switch {
 	case u.Opaque != "" || u.Host == "":
 		return nil, backends.Invalid("url", "memory URL needs a store name, as in memory://demo")
+	case u.Port() != "":
+		return nil, backends.Invalid("url", "memory URL takes a store name, not host:port (%q): a memory store lives in this process", u.Host)
 	case u.User != nil:
 		return nil, backends.Invalid("url", "memory URL takes no user information")
 	case u.Path != "" && u.Path != "/":

@@ -52,6 +52,9 @@ func TestOpenBadURL(t *testing.T) {
 		"memory://user@demo",
 		"memory://demo/path",
 		"memory://demo?unknown=1",
+		"memory://demo?ttl=1s&ttl=2s", // repeated option
+		"memory://demo:6379",          // a port: not a store name
+		"memory://127.0.0.1:99999",
 	} {
 		t.Run(url, func(t *testing.T) {
 			b, err := dsync.Open(context.Background(), url)

@@ -65,10 +65,18 @@ func urlOptions(tls bool) []dsync.OptionDoc {
 	return opts
 }
 
-// openURL opens a driver for redis://[user:password@]host:port[/db][?opts]
-// (or rediss://) and probes the server with PING within ctx. dsync.Open has
-// already rejected options not in urlOptions.
+// openURL opens a driver for redis://[user:password@]host[:port][/db][?opts]
+// (or rediss://) and probes the server with PING within ctx. The host is
+// checked first (dsync.HostPort: the port defaults to 6379; an IPv6
+// address needs brackets), before any dial. dsync.Open has already
+// rejected options not in urlOptions.
 func openURL(ctx context.Context, u *url.URL) (backends.Driver, error) {
+	if u.Host == "" {
+		return nil, backends.Invalid("url", "no host: want %s://host:6379 (an empty host does not mean localhost)", u.Scheme)
+	}
+	if _, err := dsync.HostPort(u.Host, "6379"); err != nil {
+		return nil, err
+	}
 	q := u.Query()
 	var opts Options
 	if q.Has("prefix") {

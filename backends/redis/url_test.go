@@ -227,3 +227,31 @@ func TestWritesNothingToStderr(t *testing.T) {
 		t.Errorf("written to stderr:\n%s", out)
 	}
 }
+
+// TestOpenURLMalformed: the URL table every scheme runs, and an empty host,
+// which does not mean localhost.
+func TestOpenURLMalformed(t *testing.T) {
+	for _, scheme := range []string{"redis", "rediss"} {
+		t.Run(scheme, func(t *testing.T) {
+			backendtest.CheckBadURLs(t, scheme+"://:s3cret@HOST/0",
+				backendtest.URLCase{URL: scheme + "://", Text: "no host: want " + scheme + "://host:6379 (an empty host does not mean localhost)"},
+				backendtest.URLCase{URL: scheme + ":///0", Text: "no host"},
+				backendtest.URLCase{URL: scheme + "://:s3cret@/0", Text: "no host"},
+				backendtest.URLCase{URL: scheme + "://127.0.0.1:1,127.0.0.1:2", Text: "a list of hosts"},
+				backendtest.URLCase{URL: scheme + "://127.0.0.1:1/0?prefix=a:&prefix=b:", Text: "more than once"},
+			)
+		})
+	}
+}
+
+// TestOpenURLIPv6: an IPv6 address in brackets is a host like any other.
+func TestOpenURLIPv6(t *testing.T) {
+	srv := redistest.Start(t, &redistest.Options{ExtraArgs: []string{"--bind", "127.0.0.1", "-::1"}})
+	addr := "[::1]:" + srv.Addr()[strings.LastIndex(srv.Addr(), ":")+1:]
+	if c, err := net.DialTimeout("tcp", addr, time.Second); err != nil {
+		t.Skipf("no IPv6 loopback here: %v", err)
+	} else {
+		_ = c.Close()
+	}
+	openAndUse(t, "redis://"+addr+"/0", "ipv6")
+}

@@ -41,7 +41,7 @@ func TestCLIErrors(t *testing.T) {
 
 func TestURLHelpListsSchemesAndOptions(t *testing.T) {
 	code, out, _ := runCLI(t, "url-help")
-	for _, want := range []string{"memory://", "redis://", "rediss://", "ttl", "retry_min", "prefix"} {
+	for _, want := range []string{"memory://", "redis://", "rediss://", "ttl", "retry_min", "prefix", "not localhost", "[::1]:6379"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("url-help lacks %q:\n%s", want, out)
 		}

@@ -28,6 +28,9 @@ func runURLHelp(_ context.Context, args []string, std stdio) int {
 	for _, o := range dsync.CommonOptions {
 		printOption(std.out, o)
 	}
+	fmt.Fprintln(std.out, "\n  Hosts: host:port, an IPv6 address in brackets ([::1]:6379); a port is 1..65535.")
+	fmt.Fprintln(std.out, "  A host is required: an empty one is an error, not localhost. redis:// and etcd://")
+	fmt.Fprintln(std.out, "  default the port (6379, 2379); redlock:// needs one on every node (IPv6 nodes as addr=).")
 	return exitOK
 }
 

@@ -44,19 +44,26 @@ func (c *Config) Attempt(ctx context.Context) (*Lease, error) {
 
 // TryAcquire makes one attempt, like Attempt, and starts auto-extension if
 // c.AutoExtend. Plain contention is an error matching dsync.ErrNotAcquired
-// that says what was taken; a failed attempt (a timeout, a lost
-// connection) matches dsync.ErrNotAcquired and its cause; an error that
-// no retry can cure (dsync.ErrInvalid, ErrClosed, ErrUnsupported) is
-// returned as it is.
+// that says what was taken. Any failure but a final one (dsync.ErrInvalid,
+// ErrClosed, ErrUnsupported) matches dsync.ErrNotAcquired, and ctx's error
+// when ctx ended, whatever the driver returned.
 func (c *Config) TryAcquire(ctx context.Context) (*Lease, error) {
 	l, err := c.Attempt(ctx)
 	switch {
+	case err == nil:
+		return c.started(l, nil)
 	case err == dsync.ErrNotAcquired: // the bare sentinel: plain contention
 		return nil, fmt.Errorf("%w: %s", err, c.taken())
-	case err != nil && !final(err) && !errors.Is(err, dsync.ErrNotAcquired):
+	case final(err):
+		return nil, err
+	case ctx.Err() != nil && !errors.Is(err, ctx.Err()):
+		return nil, c.gaveUp(ctx.Err(), err)
+	case !errors.Is(err, dsync.ErrNotAcquired):
+		// A failure with an unknown outcome (a timeout, a broken
+		// connection), as the driver worded it.
 		return nil, fmt.Errorf("%w: %q: %w", dsync.ErrNotAcquired, c.Key, err)
 	}
-	return c.started(l, err)
+	return nil, err
 }
 
 // Acquire blocks until it obtains a hold on c.Key, retrying on contention

@@ -120,3 +120,34 @@ func TestReleaseWithLostReplyMatchesSentinel(t *testing.T) {
 		t.Fatalf("Err after Release = %v, want ErrReleased", l.Err())
 	}
 }
+
+// TestTryAcquireFailureMatchesSentinel: a TryAcquire whose one attempt
+// failed with a driver's raw error (a lost reply, an attempt cut short by
+// the caller's deadline) matches dsync.ErrNotAcquired, and ctx's error when
+// ctx ended, and still carries the driver's error.
+func TestTryAcquireFailureMatchesSentinel(t *testing.T) {
+	lost := errors.New("reply lost")
+	silent := false
+	d := &scriptedDriver{
+		Driver: memory.New(nil),
+		acquire: func(ctx context.Context, _ backends.Request) (backends.Grant, error) {
+			if silent {
+				// A server that does not answer, and an error worded as
+				// a client words it, without ctx's error.
+				<-ctx.Done()
+				return backends.Grant{}, errors.New("i/o timeout")
+			}
+			return backends.Grant{}, lost
+		},
+	}
+	c := testConfig(t, d, "k", nil)
+	if _, err := c.TryAcquire(context.Background()); !errors.Is(err, dsync.ErrNotAcquired) || !errors.Is(err, lost) {
+		t.Errorf("TryAcquire with a lost reply: %v, want ErrNotAcquired and the driver's error", err)
+	}
+	silent = true
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := c.TryAcquire(ctx); !errors.Is(err, dsync.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("TryAcquire cut short by the caller's deadline: %v, want ErrNotAcquired and DeadlineExceeded", err)
+	}
+}

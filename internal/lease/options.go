@@ -57,11 +57,8 @@ func New(b *dsync.Backend, key string, limit int, opts *Options) (*Config, error
 	if b == nil {
 		return nil, backends.Invalid("backend", "nil")
 	}
-	if key == "" {
-		return nil, backends.Invalid("key", "empty")
-	}
-	if len(key) > backends.MaxKeySize {
-		return nil, backends.Invalid("key", "%d bytes exceeds the maximum of %d", len(key), backends.MaxKeySize)
+	if err := backends.CheckKey(key); err != nil {
+		return nil, err
 	}
 	o := Options{}
 	if opts != nil {

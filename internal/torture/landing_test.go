@@ -39,7 +39,9 @@ func untilLanded[T any](t *testing.T, trial func(key string) (T, string)) T {
 // pauseMissed says why a pause of h's holder did not land as a paused-
 // holder scenario needs, or "": it must begin before the holder began to
 // release and end after the hold's expiry, and, with lateWrite, the
-// holder must send a write after it resumed.
+// holder must send a write after the hold's expiry. (Not "after the
+// resume" as the harness clocks it: the holder, woken by SIGCONT, may
+// stamp its write before the harness stamps the resume.)
 func pauseMissed(h *Hold, pause Span, lateWrite bool) string {
 	switch {
 	case h.Releasing > 0 && h.Releasing < pause.Injected:
@@ -49,11 +51,16 @@ func pauseMissed(h *Hold, pause Span, lateWrite bool) string {
 	}
 	if lateWrite {
 		for _, w := range h.Writes {
-			if w.Start > pause.Healed {
+			if w.Start > h.Expiry {
 				return ""
 			}
 		}
-		return "the holder had sent all its writes before the pause"
+		starts := make([]time.Duration, len(h.Writes))
+		for i, w := range h.Writes {
+			starts[i] = ms(w.Start - h.Acquired)
+		}
+		return fmt.Sprintf("the holder sent no write after its hold's expiry (after its grant: pause %v to %v, expiry %v, writes at %v)",
+			ms(pause.Injected-h.Acquired), ms(pause.Healed-h.Acquired), ms(h.Expiry-h.Acquired), starts)
 	}
 	return ""
 }

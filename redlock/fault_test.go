@@ -25,6 +25,7 @@ import (
 	"github.com/dsync-dev/dsync/internal/redisnode"
 	"github.com/dsync-dev/dsync/internal/testenv/faultproxy"
 	"github.com/dsync-dev/dsync/internal/testenv/redistest"
+	"github.com/dsync-dev/dsync/internal/testenv/testutil"
 	"github.com/dsync-dev/dsync/locker"
 	"github.com/dsync-dev/dsync/redlock"
 	"github.com/dsync-dev/dsync/retry"
@@ -158,18 +159,6 @@ func holders(t *testing.T, clients []*goredis.Client, key, tok string) []int {
 		}
 	}
 	return out
-}
-
-// eventually polls cond until it holds, or fails the test after bound.
-func eventually(t *testing.T, bound time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(bound)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v", what, bound)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 // timed runs f and returns how long it took.
@@ -373,7 +362,7 @@ func TestTwoNodesSlowOrCutOff(t *testing.T) {
 				// Behind a slow link, the release may not get through
 				// within the per-node timeout (a new connection's
 				// handshake is slowed too): the key then lasts its TTL.
-				eventually(t, faultMaxTTL+faultSlack, "the hold gone from every node", func() bool {
+				testutil.Eventually(t, faultMaxTTL+faultSlack, "the hold gone from every node", func() bool {
 					return len(holders(t, clients, key, tok)) == 0
 				})
 				t.Logf("round %d: acquired in %v, released in %v", round, took.Round(time.Millisecond), rel.Round(time.Millisecond))
@@ -863,7 +852,7 @@ func TestLateSetCleanedUp(t *testing.T) {
 			lw, _ := acquireWithin(t, warm, 5*time.Second)
 			releaseWithin(t, lw, 5*time.Second)
 			for i, c := range clients {
-				eventually(t, 5*time.Second, fmt.Sprintf("the scripts cached on node %d", i), func() bool {
+				testutil.Eventually(t, 5*time.Second, fmt.Sprintf("the scripts cached on node %d", i), func() bool {
 					info, err := c.Info(ctx, "memory").Result()
 					// An unfenced acquire is a plain SET; the release script
 					// must be cached.
@@ -1106,10 +1095,10 @@ func TestExtension(t *testing.T) {
 		lease, _ := acquireWithin(t, l, 5*time.Second)
 		tok := holdToken(t, lease)
 		// The replies after the quorum land too: all 5 nodes hold it.
-		eventually(t, 10*time.Second, "the hold on all 5 nodes", func() bool {
+		testutil.Eventually(t, 10*time.Second, "the hold on all 5 nodes", func() bool {
 			return len(holders(t, clients, key, tok)) == 5
 		})
-		eventually(t, 2*time.Second, "the keys to age", func() bool {
+		testutil.Eventually(t, 2*time.Second, "the keys to age", func() bool {
 			return pttl(0, key) < faultMaxTTL-300*time.Millisecond
 		})
 		aged := pttl(0, key)

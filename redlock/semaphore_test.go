@@ -18,6 +18,7 @@ import (
 	"github.com/dsync-dev/dsync/internal/redisnode"
 	"github.com/dsync-dev/dsync/internal/testenv/faultproxy"
 	"github.com/dsync-dev/dsync/internal/testenv/redistest"
+	"github.com/dsync-dev/dsync/internal/testenv/testutil"
 	"github.com/dsync-dev/dsync/redlock"
 )
 
@@ -179,7 +180,7 @@ func TestSemaphoreAdmitsExactlyN(t *testing.T) {
 	// wait for it rather than read too soon, but well within the permits'
 	// TTL, by which a hold nobody withdrew would still be there.
 	ctxKeys := context.Background()
-	eventually(t, faultMaxTTL/4, "nothing of the key but its slot's fence counter left on every node after every permit was released", func() bool {
+	testutil.Eventually(t, faultMaxTTL/4, "nothing of the key but its slot's fence counter left on every node after every permit was released", func() bool {
 		for _, c := range clients {
 			if keys := c.Keys(ctxKeys, "dsync:{"+key+"}*").Val(); len(keys) != 0 || c.Exists(ctxKeys, redisnode.FenceKey("", key)).Val() != 1 {
 				return false
@@ -202,7 +203,7 @@ func TestSemaphoreExpiryFrees(t *testing.T) {
 	mustPermit(t, ctx, d, semReq(key, 2, ttl))
 	wantRefused(t, ctx, d, semReq(key, 2, ttl))
 	full := time.Now()
-	eventually(t, ttl+faultSlack, "a slot freed by expiry", func() bool {
+	testutil.Eventually(t, ttl+faultSlack, "a slot freed by expiry", func() bool {
 		_, err := d.Acquire(ctx, semReq(key, 2, ttl))
 		return err == nil
 	})
@@ -214,7 +215,7 @@ func TestSemaphoreExpiryFrees(t *testing.T) {
 	if !errors.As(err, &inv) {
 		t.Fatalf("size 3 while size 2 is held: %v, want a mismatch", err)
 	}
-	eventually(t, ttl+faultSlack, "the limit forgotten after every permit expired", func() bool {
+	testutil.Eventually(t, ttl+faultSlack, "the limit forgotten after every permit expired", func() bool {
 		_, err := d.Acquire(ctx, semReq(key, 3, faultMaxTTL))
 		return err == nil
 	})
@@ -258,7 +259,7 @@ func TestSemaphoreWakesWaiters(t *testing.T) {
 	// before they confirm it: wait until a quorum count a subscriber (a
 	// release publishes on a quorum at least, so one of them hears it).
 	channel := "dsync:{" + key + "}:released"
-	eventually(t, 10*time.Second, "the subscription active on a quorum of nodes", func() bool {
+	testutil.Eventually(t, 10*time.Second, "the subscription active on a quorum of nodes", func() bool {
 		n := 0
 		for _, c := range clients {
 			if c.PubSubNumSub(ctx, channel).Val()[channel] >= 1 {
@@ -486,14 +487,14 @@ func (h *hammer) wait(t *testing.T, size int) {
 // is only shown to hold if it was reached.
 func (h *hammer) awaitFull(t *testing.T, size int) {
 	t.Helper()
-	eventually(t, 30*time.Second, fmt.Sprintf("%d holders at once", size), func() bool { return h.most.Load() >= int32(size) })
+	testutil.Eventually(t, 30*time.Second, fmt.Sprintf("%d holders at once", size), func() bool { return h.most.Load() >= int32(size) })
 }
 
 // awaitSections waits until the hammer has run n more critical sections.
 func (h *hammer) awaitSections(t *testing.T, n int32, what string) {
 	t.Helper()
 	from := h.sections.Load()
-	eventually(t, 30*time.Second, what, func() bool { return h.sections.Load() >= from+n })
+	testutil.Eventually(t, 30*time.Second, what, func() bool { return h.sections.Load() >= from+n })
 }
 
 // TestSemaphoreHammer: goroutines on several drivers never hold more than

@@ -483,11 +483,11 @@ func (s *suite) testElectObserveTerms(t *testing.T) {
 			t.Fatalf("%s's Resign: %v", id, err)
 		}
 	}
-	testutil.Eventually(t, 10*time.Second, func() bool {
+	testutil.Eventually(t, 10*time.Second, "Observe to report every term", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(seen) >= len(ids)
-	}, "Observe to report every term")
+	})
 	stop()
 	<-done
 	if !slices.Equal(seen, ids) {

@@ -187,10 +187,10 @@ func (s *suite) testReleaseAfterExpiry(t *testing.T) {
 	// The local validity ends before the server's TTL; wait until the
 	// server has let the hold go too.
 	d := s.backend(t).Driver()
-	testutil.Eventually(t, 10*s.h.ShortTTL, func() bool {
+	testutil.Eventually(t, 10*s.h.ShortTTL, "hold expired on the server", func() bool {
 		_, err := d.Holder(ctx, ls.Key())
 		return errors.Is(err, dsync.ErrNotHeld)
-	}, "hold expired on the server")
+	})
 	if err := ls.Release(ctx); !errors.Is(err, dsync.ErrNotHeld) {
 		t.Fatalf("Release after expiry: %v, want ErrNotHeld", err)
 	}

@@ -152,11 +152,11 @@ func (s *suite) testSemExpiryFrees(t *testing.T) {
 		}
 	}
 	var p dsync.Permit
-	testutil.Eventually(t, 3*ttl+10*time.Second, func() bool {
+	testutil.Eventually(t, 3*ttl+10*time.Second, "a permit after the others expired", func() bool {
 		var err error
 		p, err = other.TryAcquire(ctx)
 		return err == nil
-	}, "a permit after the others expired")
+	})
 	_ = p.Release(ctx)
 }
 
@@ -403,11 +403,11 @@ func (s *suite) testSemKilledHolder(t *testing.T) {
 	doomed.Kill(t)
 	killed := time.Now()
 	var p dsync.Permit
-	testutil.Eventually(t, 3*ttl+10*time.Second, func() bool {
+	testutil.Eventually(t, 3*ttl+10*time.Second, "the killed holder's permit back", func() bool {
 		var err error
 		p, err = sem.TryAcquire(ctx)
 		return err == nil
-	}, "the killed holder's permit back")
+	})
 	t.Logf("permit back %v after the kill (ttl %v)", time.Since(killed), ttl)
 	p.AutoExtend() // it fills the semaphore with the live holder's below
 	defer p.Release(ctx)

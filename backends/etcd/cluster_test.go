@@ -8,6 +8,7 @@ import (
 
 	"github.com/dsync-dev/dsync"
 	"github.com/dsync-dev/dsync/internal/testenv/etcdtest"
+	"github.com/dsync-dev/dsync/internal/testenv/testutil"
 	"github.com/dsync-dev/dsync/locker"
 )
 
@@ -17,7 +18,7 @@ import (
 
 func openBackend(t *testing.T, c *etcdtest.Cluster) *dsync.Backend {
 	t.Helper()
-	b, err := dsync.Open(testCtx(t), c.URL())
+	b, err := dsync.Open(testutil.Context(t), c.URL())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +60,7 @@ func stopLeader(t *testing.T, ctx context.Context, c *etcdtest.Cluster, kill boo
 
 func TestLeaderChangeKeepsLock(t *testing.T) {
 	c := etcdtest.Start(t, &etcdtest.Options{Members: 3})
-	ctx := testCtx(t)
+	ctx := testutil.Context(t)
 	b := openBackend(t, c)
 	other := newLocker(t, openBackend(t, c), "survivor", nil)
 	ls, err := newLocker(t, b, "survivor", &locker.Options{TTL: 2 * time.Second, Value: []byte("me"), AutoExtend: true}).TryAcquire(ctx)
@@ -104,7 +105,7 @@ func TestLeaderChangeKeepsLock(t *testing.T) {
 // over, and revokes expired leases every 500 ms.
 func TestHolderDiesFailover(t *testing.T) {
 	c := etcdtest.Start(t, &etcdtest.Options{Members: 3})
-	ctx := testCtx(t)
+	ctx := testutil.Context(t)
 	const ttl = 2 * time.Second
 	holderB, err := dsync.Open(ctx, c.URL())
 	if err != nil {
@@ -152,7 +153,7 @@ func TestHolderDiesFailover(t *testing.T) {
 // its validity runs out, and service resumes when the members return.
 func TestMajorityLost(t *testing.T) {
 	c := etcdtest.Start(t, &etcdtest.Options{Members: 3})
-	ctx := testCtx(t)
+	ctx := testutil.Context(t)
 	b := openBackend(t, c)
 	const cleanUp = 200 * time.Millisecond
 	l := newLocker(t, b, "quorum", &locker.Options{TTL: 2 * time.Second, ReleaseTimeout: cleanUp})

@@ -21,15 +21,9 @@ import (
 	"github.com/dsync-dev/dsync/backends"
 	"github.com/dsync-dev/dsync/backends/etcd"
 	"github.com/dsync-dev/dsync/internal/testenv/etcdtest"
+	"github.com/dsync-dev/dsync/internal/testenv/testutil"
 	"github.com/dsync-dev/dsync/locker"
 )
-
-func testCtx(t *testing.T) context.Context {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
 
 // newDriver returns a driver over a fresh client of c, with c's minimum
 // TTL; both are closed when the test ends (the driver first).
@@ -52,15 +46,6 @@ func req(key, token string, ttl time.Duration) backends.Request {
 	return backends.Request{Key: key, Token: token, TTL: ttl, Fence: true}
 }
 
-func mustAcquire(t *testing.T, ctx context.Context, d backends.Driver, r backends.Request) backends.Grant {
-	t.Helper()
-	g, err := d.Acquire(ctx, r)
-	if err != nil {
-		t.Fatalf("Acquire(%q, %q): %v", r.Key, r.Token, err)
-	}
-	return g
-}
-
 // getKey reads the etcd key of lock name directly.
 func getKey(t *testing.T, ctx context.Context, d *etcd.Driver, cli *clientv3.Client, name string) *clientv3.GetResponse {
 	t.Helper()
@@ -73,17 +58,6 @@ func getKey(t *testing.T, ctx context.Context, d *etcd.Driver, cli *clientv3.Cli
 		t.Fatal(err)
 	}
 	return resp
-}
-
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 func TestNew(t *testing.T) {
@@ -209,10 +183,10 @@ func TestKeyLayout(t *testing.T) {
 func TestAcquireRelease(t *testing.T) {
 	c := etcdtest.Start(t, nil)
 	d, cli := newDriver(t, c)
-	ctx := testCtx(t)
+	ctx := testutil.Context(t)
 	const key = "jobs/nightly" // nests nowhere: stored as dsync/jobs%2Fnightly
 
-	g := mustAcquire(t, ctx, d, backends.Request{Key: key, Token: "a", TTL: 5 * time.Second, Value: []byte("worker-1"), Fence: true})
+	g := testutil.MustGrant(t, ctx, d, backends.Request{Key: key, Token: "a", TTL: 5 * time.Second, Value: []byte("worker-1"), Fence: true})
 	resp := getKey(t, ctx, d, cli, key)
 	if len(resp.Kvs) != 1 {
 		t.Fatalf("hold not stored: %v", resp.Kvs)
@@ -247,11 +221,11 @@ func TestAcquireRelease(t *testing.T) {
 	if err := d.Release(ctx, key, "a"); !errors.Is(err, backends.ErrNotHeld) {
 		t.Fatalf("second Release = %v, want ErrNotHeld", err)
 	}
-	g2 := mustAcquire(t, ctx, d, req(key, "c", 5*time.Second))
+	g2 := testutil.MustGrant(t, ctx, d, req(key, "c", 5*time.Second))
 	if g2.Fence <= g.Fence {
 		t.Errorf("fence %d after %d: not increasing", g2.Fence, g.Fence)
 	}
-	if g3 := mustAcquire(t, ctx, d, backends.Request{Key: key + "2", Token: "d", TTL: 5 * time.Second}); g3.Fence != 0 {
+	if g3 := testutil.MustGrant(t, ctx, d, backends.Request{Key: key + "2", Token: "d", TTL: 5 * time.Second}); g3.Fence != 0 {
 		t.Errorf("fence %d without Request.Fence, want 0", g3.Fence)
 	}
 }
@@ -260,7 +234,7 @@ func TestAcquireRelease(t *testing.T) {
 // raises TTLs to, on a member with etcd's default timing (2 s minimum) and
 // one with the fast test timing (1 s).
 func TestTTL(t *testing.T) {
-	ctx := testCtx(t)
+	ctx := testutil.Context(t)
 	for _, tc := range []struct {
 		name     string
 		opts     *etcdtest.Options
@@ -291,7 +265,7 @@ func TestTTL(t *testing.T) {
 			cli := c.Client(t)
 			for i, ttl := range tc.req {
 				key := fmt.Sprintf("ttl-%d", i)
-				g := mustAcquire(t, ctx, d, req(key, "t", ttl))
+				g := testutil.MustGrant(t, ctx, d, req(key, "t", ttl))
 				if want := tc.got[i]; g.TTL != want {
 					t.Errorf("TTL %v granted as %v, want %v", ttl, g.TTL, want)
 				}
@@ -360,15 +334,15 @@ func TestStaleReleaseKeepsNewerHold(t *testing.T) {
 	c := etcdtest.Start(t, nil)
 	d, drop := releaseDroppingDriver(t, c)
 	other, _ := newDriver(t, c)
-	ctx := testCtx(t)
+	ctx := testutil.Context(t)
 	const key = "stale"
 
-	g1 := mustAcquire(t, ctx, d, req(key, "first", 5*time.Second))
+	g1 := testutil.MustGrant(t, ctx, d, req(key, "first", 5*time.Second))
 	drop.armed.Store(true)
 	if err := d.Release(ctx, key, "first"); err == nil || errors.Is(err, backends.ErrNotHeld) {
 		t.Fatalf("Release with its reply lost = %v, want the client's error", err)
 	}
-	g2 := mustAcquire(t, ctx, d, backends.Request{Key: key, Token: "second", TTL: 5 * time.Second, Value: []byte("newer"), Fence: true})
+	g2 := testutil.MustGrant(t, ctx, d, backends.Request{Key: key, Token: "second", TTL: 5 * time.Second, Value: []byte("newer"), Fence: true})
 	if g2.Fence <= g1.Fence {
 		t.Fatalf("newer hold's fence %d not above %d", g2.Fence, g1.Fence)
 	}
@@ -396,10 +370,10 @@ func TestRefresh(t *testing.T) {
 	c := etcdtest.Start(t, nil)
 	d, cli := newDriver(t, c)
 	other, _ := newDriver(t, c)
-	ctx := testCtx(t)
+	ctx := testutil.Context(t)
 
 	t.Run("renews", func(t *testing.T) {
-		mustAcquire(t, ctx, d, req("renew", "t", 3*time.Second))
+		testutil.MustGrant(t, ctx, d, req("renew", "t", 3*time.Second))
 		time.Sleep(1100 * time.Millisecond) // let the TTL run down a second
 		for name, drv := range map[string]*etcd.Driver{"owner": d, "another driver": other} {
 			if err := drv.Refresh(ctx, "renew", "t", 3*time.Second); err != nil {
@@ -428,7 +402,7 @@ func TestRefresh(t *testing.T) {
 	})
 
 	t.Run("key deleted behind its back", func(t *testing.T) {
-		mustAcquire(t, ctx, d, req("deleted", "t", 5*time.Second))
+		testutil.MustGrant(t, ctx, d, req("deleted", "t", 5*time.Second))
 		k, _ := d.Key("deleted")
 		if _, err := cli.Delete(ctx, k); err != nil {
 			t.Fatal(err)
@@ -437,15 +411,15 @@ func TestRefresh(t *testing.T) {
 		if err := d.Refresh(ctx, "deleted", "t", 5*time.Second); !errors.Is(err, backends.ErrNotHeld) {
 			t.Fatalf("Refresh of a deleted key = %v, want ErrNotHeld", err)
 		}
-		mustAcquire(t, ctx, other, req("deleted", "u", 5*time.Second))
+		testutil.MustGrant(t, ctx, other, req("deleted", "u", 5*time.Second))
 		if err := d.Refresh(ctx, "deleted", "t", 5*time.Second); !errors.Is(err, backends.ErrNotHeld) {
 			t.Fatalf("Refresh of a key held by another token = %v, want ErrNotHeld", err)
 		}
 	})
 
 	t.Run("expired", func(t *testing.T) {
-		mustAcquire(t, ctx, d, req("expired", "t", time.Second))
-		eventually(t, 5*time.Second, "the hold to expire", func() bool {
+		testutil.MustGrant(t, ctx, d, req("expired", "t", time.Second))
+		testutil.Eventually(t, 5*time.Second, "the hold to expire", func() bool {
 			return len(getKey(t, ctx, d, cli, "expired").Kvs) == 0
 		})
 		if err := d.Refresh(ctx, "expired", "t", time.Second); !errors.Is(err, backends.ErrNotHeld) {
@@ -463,16 +437,16 @@ func TestRefresh(t *testing.T) {
 func TestHolder(t *testing.T) {
 	c := etcdtest.Start(t, nil)
 	d, cli := newDriver(t, c)
-	ctx := testCtx(t)
+	ctx := testutil.Context(t)
 	if _, err := d.Holder(ctx, "h"); !errors.Is(err, backends.ErrNotHeld) {
 		t.Fatalf("Holder of a free key = %v, want ErrNotHeld", err)
 	}
-	mustAcquire(t, ctx, d, backends.Request{Key: "h", Token: "t", TTL: 10 * time.Second, Value: []byte("line1\nline2")})
+	testutil.MustGrant(t, ctx, d, backends.Request{Key: "h", Token: "t", TTL: 10 * time.Second, Value: []byte("line1\nline2")})
 	h, err := d.Holder(ctx, "h")
 	if err != nil || string(h.Value) != "line1\nline2" || h.TTL < 9*time.Second || h.TTL > 10*time.Second {
 		t.Fatalf("Holder = %q ttl %v, %v; want the value and about 10s", h.Value, h.TTL, err)
 	}
-	mustAcquire(t, ctx, d, req("novalue", "t", 10*time.Second))
+	testutil.MustGrant(t, ctx, d, req("novalue", "t", 10*time.Second))
 	if h, err := d.Holder(ctx, "novalue"); err != nil || h.Value != nil {
 		t.Fatalf("Holder of a hold without value = %q, %v; want nil", h.Value, err)
 	}
@@ -495,7 +469,7 @@ func TestLeaseReuse(t *testing.T) {
 	c := etcdtest.Start(t, nil)
 	d, cli := newDriver(t, c)
 	other, _ := newDriver(t, c)
-	ctx := testCtx(t)
+	ctx := testutil.Context(t)
 	leaseOf := func(name string) clientv3.LeaseID {
 		t.Helper()
 		resp := getKey(t, ctx, d, cli, name)
@@ -505,13 +479,13 @@ func TestLeaseReuse(t *testing.T) {
 		return clientv3.LeaseID(resp.Kvs[0].Lease)
 	}
 
-	mustAcquire(t, ctx, d, req("a", "1", 3*time.Second))
+	testutil.MustGrant(t, ctx, d, req("a", "1", 3*time.Second))
 	first := leaseOf("a")
 	if err := d.Release(ctx, "a", "1"); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(1100 * time.Millisecond) // the idle lease's TTL runs down
-	mustAcquire(t, ctx, d, req("b", "2", 3*time.Second))
+	testutil.MustGrant(t, ctx, d, req("b", "2", 3*time.Second))
 	if got := leaseOf("b"); got != first {
 		t.Errorf("second hold on lease %x, want the released hold's %x reused", got, first)
 	}
@@ -520,7 +494,7 @@ func TestLeaseReuse(t *testing.T) {
 	}
 
 	// A lost race keeps its lease for the next attempt.
-	mustAcquire(t, ctx, other, req("busy", "x", 3*time.Second))
+	testutil.MustGrant(t, ctx, other, req("busy", "x", 3*time.Second))
 	before, err := cli.Leases(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -543,7 +517,7 @@ func TestWatchReleases(t *testing.T) {
 	c := etcdtest.Start(t, nil)
 	d, _ := newDriver(t, c)
 	other, _ := newDriver(t, c)
-	ctx := testCtx(t)
+	ctx := testutil.Context(t)
 	notice := func(s backends.Subscription, within time.Duration) bool {
 		select {
 		case <-s.C():
@@ -553,7 +527,7 @@ func TestWatchReleases(t *testing.T) {
 		}
 	}
 
-	mustAcquire(t, ctx, other, req("w", "t", 10*time.Second))
+	testutil.MustGrant(t, ctx, other, req("w", "t", 10*time.Second))
 	s1, err := d.WatchReleases(ctx, "w")
 	if err != nil {
 		t.Fatal(err)
@@ -581,7 +555,7 @@ func TestWatchReleases(t *testing.T) {
 	s2.Close() // idempotent
 
 	// An acquisition is no release; an expiry is.
-	mustAcquire(t, ctx, other, req("w", "v", time.Second))
+	testutil.MustGrant(t, ctx, other, req("w", "v", time.Second))
 	if notice(s1, 200*time.Millisecond) {
 		t.Fatal("notice without a release")
 	}
@@ -597,7 +571,7 @@ func TestWatchReleases(t *testing.T) {
 	var lat []time.Duration
 	for i := range 7 {
 		tok := fmt.Sprint("sync", i)
-		mustAcquire(t, ctx, other, req("sync", tok, 10*time.Second))
+		testutil.MustGrant(t, ctx, other, req("sync", tok, 10*time.Second))
 		s, err := d.WatchReleases(ctx, "sync")
 		if err != nil {
 			t.Fatal(err)
@@ -642,8 +616,8 @@ func TestWatchReleases(t *testing.T) {
 func TestUseAfterClose(t *testing.T) {
 	c := etcdtest.Start(t, nil)
 	d, cli := newDriver(t, c)
-	ctx := testCtx(t)
-	mustAcquire(t, ctx, d, req("k", "t", 5*time.Second))
+	ctx := testutil.Context(t)
+	testutil.MustGrant(t, ctx, d, req("k", "t", 5*time.Second))
 	if err := d.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -698,7 +672,7 @@ func TestNoSuccessAfterExpiry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := testCtx(t)
+	ctx := testutil.Context(t)
 	ttl := c.MinLeaseTTL()
 
 	holder, err := locker.New(b, "jepsen", &locker.Options{TTL: 10 * time.Second, Value: []byte("holder")})
@@ -757,7 +731,7 @@ func TestNoSuccessAfterExpiry(t *testing.T) {
 func TestConcurrentUse(t *testing.T) {
 	c := etcdtest.Start(t, nil)
 	d, _ := newDriver(t, c)
-	ctx := testCtx(t)
+	ctx := testutil.Context(t)
 	var (
 		inside [3]atomic.Int32
 		bad    atomic.Int32

@@ -15,6 +15,7 @@ import (
 	"github.com/dsync-dev/dsync"
 	"github.com/dsync-dev/dsync/backends"
 	"github.com/dsync-dev/dsync/internal/testenv/etcdtest"
+	"github.com/dsync-dev/dsync/internal/testenv/testutil"
 )
 
 // TestRequestTooLarge: a request refused as too large (here by the client's
@@ -33,7 +34,7 @@ func TestRequestTooLarge(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = small.Close() })
 	d, cli := newDriverOver(t, c, small)
-	ctx := testCtx(t)
+	ctx := testutil.Context(t)
 	before, err := cli.Leases(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -63,7 +64,7 @@ func TestRequestTooLarge(t *testing.T) {
 // the chain.
 func TestPermissionDenied(t *testing.T) {
 	c := etcdtest.Start(t, nil)
-	ctx := testCtx(t)
+	ctx := testutil.Context(t)
 	admin := c.Client(t)
 	for _, step := range []func() error{
 		func() error { _, err := admin.UserAdd(ctx, "root", "s3cret"); return err },

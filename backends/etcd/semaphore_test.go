@@ -23,6 +23,7 @@ import (
 	"github.com/dsync-dev/dsync/backends"
 	"github.com/dsync-dev/dsync/backends/etcd"
 	"github.com/dsync-dev/dsync/internal/testenv/etcdtest"
+	"github.com/dsync-dev/dsync/internal/testenv/testutil"
 	"github.com/dsync-dev/dsync/semaphore"
 )
 
@@ -113,7 +114,7 @@ func TestSemaphoreAdmitsLimit(t *testing.T) {
 	c := etcdtest.Start(t, nil)
 	d, cli := newDriver(t, c)
 	other, _ := newDriver(t, c)
-	ctx := testCtx(t)
+	ctx := testutil.Context(t)
 	const name, limit = "exports", 3
 
 	var fences []uint64
@@ -122,7 +123,7 @@ func TestSemaphoreAdmitsLimit(t *testing.T) {
 		if i%2 == 1 {
 			drv = other
 		}
-		g := mustAcquire(t, ctx, drv, backends.Request{Key: name, Token: fmt.Sprint("p", i), TTL: 5 * time.Second, Limit: limit, Value: []byte(fmt.Sprint("worker-", i)), Fence: true})
+		g := testutil.MustGrant(t, ctx, drv, backends.Request{Key: name, Token: fmt.Sprint("p", i), TTL: 5 * time.Second, Limit: limit, Value: []byte(fmt.Sprint("worker-", i)), Fence: true})
 		if g.TTL != 5*time.Second {
 			t.Errorf("Grant.TTL = %v, want 5s", g.TTL)
 		}
@@ -169,7 +170,7 @@ func TestSemaphoreAdmitsLimit(t *testing.T) {
 	if err := other.Release(ctx, name, "p1"); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
-	g := mustAcquire(t, ctx, d, semReq(name, "p3", limit, 5*time.Second))
+	g := testutil.MustGrant(t, ctx, d, semReq(name, "p3", limit, 5*time.Second))
 	if g.Fence <= fences[limit-1] {
 		t.Errorf("fence %d after %v: not increasing", g.Fence, fences)
 	}
@@ -195,10 +196,10 @@ func TestSemaphoreReleaseWakes(t *testing.T) {
 	holder, _ := newDriver(t, c)
 	waiter, _ := newDriver(t, c)
 	third, _ := newDriver(t, c)
-	ctx := testCtx(t)
+	ctx := testutil.Context(t)
 	const name, limit = "wake", 2
 	for i := range limit {
-		mustAcquire(t, ctx, holder, semReq(name, fmt.Sprint("h", i), limit, 10*time.Second))
+		testutil.MustGrant(t, ctx, holder, semReq(name, fmt.Sprint("h", i), limit, 10*time.Second))
 	}
 	s, err := waiter.WatchReleases(ctx, name)
 	if err != nil {
@@ -221,7 +222,7 @@ func TestSemaphoreReleaseWakes(t *testing.T) {
 		t.Fatal("release of a permit not noticed")
 	}
 	t.Logf("release noticed after %v", time.Since(released))
-	mustAcquire(t, ctx, waiter, semReq(name, "w1", limit, 10*time.Second))
+	testutil.MustGrant(t, ctx, waiter, semReq(name, "w1", limit, 10*time.Second))
 
 	// A local release wakes the driver's own watchers at once.
 	s2, err := holder.WatchReleases(ctx, name)
@@ -244,10 +245,10 @@ func TestSemaphoreExpiryFrees(t *testing.T) {
 	c := etcdtest.Start(t, nil)
 	d, cli := newDriver(t, c)
 	other, _ := newDriver(t, c)
-	ctx := testCtx(t)
+	ctx := testutil.Context(t)
 	const name, limit = "expiry", 2
-	mustAcquire(t, ctx, d, semReq(name, "long", limit, 10*time.Second))
-	mustAcquire(t, ctx, d, semReq(name, "short", limit, time.Second))
+	testutil.MustGrant(t, ctx, d, semReq(name, "long", limit, 10*time.Second))
+	testutil.MustGrant(t, ctx, d, semReq(name, "short", limit, time.Second))
 	s, err := other.WatchReleases(ctx, name)
 	if err != nil {
 		t.Fatal(err)
@@ -257,10 +258,10 @@ func TestSemaphoreExpiryFrees(t *testing.T) {
 	if !notice(s, 10*time.Second) {
 		t.Fatal("expiry of a permit not noticed")
 	}
-	eventually(t, 5*time.Second, "the expired permit's key to go", func() bool {
+	testutil.Eventually(t, 5*time.Second, "the expired permit's key to go", func() bool {
 		return countPermitKeys(t, ctx, d, cli, name) == 1
 	})
-	mustAcquire(t, ctx, other, semReq(name, "o2", limit, 10*time.Second))
+	testutil.MustGrant(t, ctx, other, semReq(name, "o2", limit, 10*time.Second))
 	if err := d.Refresh(ctx, name, "short", time.Second); !errors.Is(err, backends.ErrNotHeld) {
 		t.Fatalf("Refresh of an expired permit = %v, want ErrNotHeld", err)
 	}
@@ -276,10 +277,10 @@ func TestSemaphoreRefresh(t *testing.T) {
 	c := etcdtest.Start(t, nil)
 	d, cli := newDriver(t, c)
 	other, _ := newDriver(t, c)
-	ctx := testCtx(t)
+	ctx := testutil.Context(t)
 	const name, limit = "refresh", 2
-	mustAcquire(t, ctx, d, semReq(name, "a", limit, 3*time.Second))
-	mustAcquire(t, ctx, d, semReq(name, "b", limit, 3*time.Second))
+	testutil.MustGrant(t, ctx, d, semReq(name, "a", limit, 3*time.Second))
+	testutil.MustGrant(t, ctx, d, semReq(name, "b", limit, 3*time.Second))
 	leaseOf := func(token string) clientv3.LeaseID {
 		t.Helper()
 		return clientv3.LeaseID(permitOf(t, ctx, d, cli, name, token).Lease)
@@ -321,16 +322,16 @@ func TestSemaphoreStaleRelease(t *testing.T) {
 	c := etcdtest.Start(t, nil)
 	d, drop := releaseDroppingDriver(t, c)
 	other, cli := newDriver(t, c)
-	ctx := testCtx(t)
+	ctx := testutil.Context(t)
 	const name, limit = "stale", 2
 
-	mustAcquire(t, ctx, d, semReq(name, "first", limit, 10*time.Second))
-	mustAcquire(t, ctx, other, semReq(name, "kept", limit, 10*time.Second))
+	testutil.MustGrant(t, ctx, d, semReq(name, "first", limit, 10*time.Second))
+	testutil.MustGrant(t, ctx, other, semReq(name, "kept", limit, 10*time.Second))
 	drop.armed.Store(true)
 	if err := d.Release(ctx, name, "first"); err == nil || errors.Is(err, backends.ErrNotHeld) {
 		t.Fatalf("Release with its reply lost = %v, want the client's error", err)
 	}
-	mustAcquire(t, ctx, d, semReq(name, "second", limit, 10*time.Second))
+	testutil.MustGrant(t, ctx, d, semReq(name, "second", limit, 10*time.Second))
 	for drvName, drv := range map[string]*etcd.Driver{"owner": d, "another driver": other} {
 		for _, tok := range []string{"first", "wrong", "kep", "kept\x00"} {
 			if err := drv.Release(ctx, name, tok); !errors.Is(err, backends.ErrNotHeld) {
@@ -357,7 +358,7 @@ func TestSemaphoreLimitMismatch(t *testing.T) {
 	c := etcdtest.Start(t, nil)
 	d, cli := newDriver(t, c)
 	other, _ := newDriver(t, c)
-	ctx := testCtx(t)
+	ctx := testutil.Context(t)
 	wantMismatch := func(drv backends.Driver, r backends.Request, holders int) {
 		t.Helper()
 		_, err := drv.Acquire(ctx, r)
@@ -370,7 +371,7 @@ func TestSemaphoreLimitMismatch(t *testing.T) {
 		}
 	}
 
-	mustAcquire(t, ctx, d, semReq("m", "a", 3, 5*time.Second))
+	testutil.MustGrant(t, ctx, d, semReq("m", "a", 3, 5*time.Second))
 	for _, drv := range []*etcd.Driver{d, other} {
 		wantMismatch(drv, semReq("m", "b", 2, 5*time.Second), 3)
 		wantMismatch(drv, semReq("m", "c", 5, 5*time.Second), 3)
@@ -382,18 +383,18 @@ func TestSemaphoreLimitMismatch(t *testing.T) {
 	if resp := getKey(t, ctx, d, cli, "m"); len(resp.Kvs) != 0 {
 		t.Fatal("a refused lock attempt wrote the lock key")
 	}
-	mustAcquire(t, ctx, other, semReq("m", "d", 3, 5*time.Second))
+	testutil.MustGrant(t, ctx, other, semReq("m", "d", 3, 5*time.Second))
 	for _, tok := range []string{"a", "d"} {
 		if err := d.Release(ctx, "m", tok); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// Once they are gone, the other size holds.
-	mustAcquire(t, ctx, other, semReq("m", "e", 2, 5*time.Second))
+	testutil.MustGrant(t, ctx, other, semReq("m", "e", 2, 5*time.Second))
 	wantMismatch(d, semReq("m", "f", 3, 5*time.Second), 2)
 
 	// A lock excludes a semaphore of its name.
-	mustAcquire(t, ctx, d, req("locked", "l", 5*time.Second))
+	testutil.MustGrant(t, ctx, d, req("locked", "l", 5*time.Second))
 	wantMismatch(other, semReq("locked", "s", 2, 5*time.Second), 1)
 	if n := countPermitKeys(t, ctx, d, cli, "locked"); n != 0 {
 		t.Fatalf("a refused permit attempt left %d keys", n)
@@ -401,7 +402,7 @@ func TestSemaphoreLimitMismatch(t *testing.T) {
 	if err := d.Release(ctx, "locked", "l"); err != nil {
 		t.Fatal(err)
 	}
-	mustAcquire(t, ctx, other, semReq("locked", "s", 2, 5*time.Second))
+	testutil.MustGrant(t, ctx, other, semReq("locked", "s", 2, 5*time.Second))
 	if err := other.Release(ctx, "locked", "s"); err != nil {
 		t.Fatal(err)
 	}
@@ -413,14 +414,14 @@ func TestSemaphoreHolder(t *testing.T) {
 	c := etcdtest.Start(t, nil)
 	d, _ := newDriver(t, c)
 	other, _ := newDriver(t, c)
-	ctx := testCtx(t)
+	ctx := testutil.Context(t)
 	const name = "holder"
 	if _, err := d.Holder(ctx, name); !errors.Is(err, backends.ErrNotHeld) {
 		t.Fatalf("Holder of a free semaphore = %v, want ErrNotHeld", err)
 	}
-	mustAcquire(t, ctx, d, backends.Request{Key: name, Token: "a", TTL: 3 * time.Second, Limit: 3, Value: []byte("first")})
-	mustAcquire(t, ctx, d, backends.Request{Key: name, Token: "b", TTL: 20 * time.Second, Limit: 3, Value: []byte("longest")})
-	mustAcquire(t, ctx, d, backends.Request{Key: name, Token: "c", TTL: 5 * time.Second, Limit: 3, Value: []byte("last")})
+	testutil.MustGrant(t, ctx, d, backends.Request{Key: name, Token: "a", TTL: 3 * time.Second, Limit: 3, Value: []byte("first")})
+	testutil.MustGrant(t, ctx, d, backends.Request{Key: name, Token: "b", TTL: 20 * time.Second, Limit: 3, Value: []byte("longest")})
+	testutil.MustGrant(t, ctx, d, backends.Request{Key: name, Token: "c", TTL: 5 * time.Second, Limit: 3, Value: []byte("last")})
 	for _, drv := range []*etcd.Driver{d, other} {
 		h, err := drv.Holder(ctx, name)
 		if err != nil || string(h.Value) != "longest" || h.TTL < 18*time.Second || h.TTL > 20*time.Second {
@@ -470,10 +471,10 @@ func TestSemaphoreFailedCleanup(t *testing.T) {
 	t.Cleanup(func() { _ = failing.Close() })
 	d, _ := newDriverOver(t, c, failing)
 	other, cli := newDriver(t, c)
-	ctx := testCtx(t)
+	ctx := testutil.Context(t)
 	const name, limit = "cleanup", 2
-	mustAcquire(t, ctx, other, semReq(name, "a", limit, 10*time.Second))
-	mustAcquire(t, ctx, other, semReq(name, "b", limit, 10*time.Second))
+	testutil.MustGrant(t, ctx, other, semReq(name, "a", limit, 10*time.Second))
+	testutil.MustGrant(t, ctx, other, semReq(name, "b", limit, 10*time.Second))
 
 	for i, releaser := range []*etcd.Driver{d, other} {
 		tok := fmt.Sprint("x", i)
@@ -500,7 +501,7 @@ func TestSemaphoreFailedCleanup(t *testing.T) {
 // ever inside, and limit of them are at some point.
 func TestSemaphoreHammer(t *testing.T) {
 	c := etcdtest.Start(t, nil)
-	ctx := testCtx(t)
+	ctx := testutil.Context(t)
 	const limit, clients, perClient, rounds = 3, 4, 3, 8
 	var (
 		inside, most, count atomic.Int32
@@ -561,12 +562,12 @@ func TestSemaphoreKeyNamesReused(t *testing.T) {
 	c := etcdtest.Start(t, nil)
 	d, cli := newDriver(t, c)
 	other, _ := newDriver(t, c)
-	ctx := testCtx(t)
+	ctx := testutil.Context(t)
 	const name, limit = "reuse", 2
 	names := map[string]bool{}
 	for i := range 20 {
 		tok := fmt.Sprint("c", i)
-		mustAcquire(t, ctx, d, semReq(name, tok, limit, 5*time.Second))
+		testutil.MustGrant(t, ctx, d, semReq(name, tok, limit, 5*time.Second))
 		names[string(permitOf(t, ctx, d, cli, name, tok).Key)] = true
 		if err := d.Release(ctx, name, tok); err != nil {
 			t.Fatal(err)
@@ -575,8 +576,8 @@ func TestSemaphoreKeyNamesReused(t *testing.T) {
 	if len(names) != 1 {
 		t.Errorf("20 cycles of one driver used %d permit key names, want 1", len(names))
 	}
-	mustAcquire(t, ctx, other, semReq(name, "a", limit, 5*time.Second))
-	mustAcquire(t, ctx, other, semReq(name, "b", limit, 5*time.Second))
+	testutil.MustGrant(t, ctx, other, semReq(name, "a", limit, 5*time.Second))
+	testutil.MustGrant(t, ctx, other, semReq(name, "b", limit, 5*time.Second))
 	var watched atomic.Int32
 	w := cli.Watch(ctx, "dsync/"+name+"/", clientv3.WithPrefix(), clientv3.WithFilterDelete())
 	done := make(chan struct{})

@@ -9,6 +9,7 @@ import (
 	"github.com/dsync-dev/dsync"
 	"github.com/dsync-dev/dsync/internal/testenv/etcdtest"
 	"github.com/dsync-dev/dsync/internal/testenv/faultproxy"
+	"github.com/dsync-dev/dsync/internal/testenv/testutil"
 	"github.com/dsync-dev/dsync/locker"
 )
 
@@ -20,7 +21,7 @@ func TestRequestTimeout(t *testing.T) {
 	c := etcdtest.Start(t, nil)
 	p := faultproxy.Start(t, c.Endpoint(0))
 	const timeout = 300 * time.Millisecond
-	b, err := dsync.Open(testCtx(t), "etcd://"+p.Addr()+"?request_timeout=300ms")
+	b, err := dsync.Open(testutil.Context(t), "etcd://"+p.Addr()+"?request_timeout=300ms")
 	if err != nil {
 		t.Fatal(err)
 	}

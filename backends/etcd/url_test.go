@@ -14,6 +14,7 @@ import (
 	"github.com/dsync-dev/dsync/backends/backendtest"
 	"github.com/dsync-dev/dsync/backends/etcd"
 	"github.com/dsync-dev/dsync/internal/testenv/etcdtest"
+	"github.com/dsync-dev/dsync/internal/testenv/testutil"
 )
 
 func TestSchemesRegistered(t *testing.T) {
@@ -31,7 +32,7 @@ func TestSchemesRegistered(t *testing.T) {
 // closed when the test ends.
 func openAndUse(t *testing.T, rawURL, key string) *dsync.Backend {
 	t.Helper()
-	ctx := testCtx(t)
+	ctx := testutil.Context(t)
 	b, err := dsync.Open(ctx, rawURL)
 	if err != nil {
 		t.Fatalf("Open(%s): %v", rawURL, err)
@@ -46,7 +47,7 @@ func openAndUse(t *testing.T, rawURL, key string) *dsync.Backend {
 func TestOpenURL(t *testing.T) {
 	c := etcdtest.Start(t, nil)
 	cli := c.Client(t)
-	ctx := testCtx(t)
+	ctx := testutil.Context(t)
 	exists := func(k string) bool {
 		t.Helper()
 		resp, err := cli.Get(ctx, k)
@@ -198,7 +199,7 @@ func TestDialTimeoutUnderLongerDeadline(t *testing.T) {
 func TestOpenURLAuth(t *testing.T) {
 	t.Parallel()
 	c := etcdtest.Start(t, nil)
-	ctx := testCtx(t)
+	ctx := testutil.Context(t)
 	admin := c.Client(t)
 	if _, err := admin.UserAdd(ctx, "root", "s3cret"); err != nil {
 		t.Fatal(err)
@@ -235,7 +236,7 @@ func TestOpenURLAuth(t *testing.T) {
 func TestOpenURLTLS(t *testing.T) {
 	t.Parallel()
 	c := etcdtest.Start(t, &etcdtest.Options{TLS: true})
-	ctx := testCtx(t)
+	ctx := testutil.Context(t)
 	f := c.TLS()
 	hosts := strings.Join(c.Endpoints(), ",")
 
@@ -273,7 +274,7 @@ func TestOpenURLTLS(t *testing.T) {
 func TestNewOverOwnClient(t *testing.T) {
 	c := etcdtest.Start(t, nil)
 	cli := c.Client(t)
-	ctx := testCtx(t)
+	ctx := testutil.Context(t)
 	d, err := etcd.New(cli, &etcd.Options{Prefix: "own", MinTTL: c.MinLeaseTTL()})
 	if err != nil {
 		t.Fatal(err)

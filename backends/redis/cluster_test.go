@@ -11,6 +11,7 @@ import (
 	"github.com/dsync-dev/dsync/backends"
 	"github.com/dsync-dev/dsync/backends/redis"
 	"github.com/dsync-dev/dsync/internal/testenv/redistest"
+	"github.com/dsync-dev/dsync/internal/testenv/testutil"
 )
 
 // TestCluster runs the driver on a real Redis Cluster of one node that
@@ -23,12 +24,12 @@ func TestCluster(t *testing.T) {
 	srv := redistest.Start(t, &redistest.Options{ExtraArgs: []string{
 		"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
 	}})
-	ctx := testCtx(t)
+	ctx := testutil.Context(t)
 	admin := srv.NewClient(t)
 	if err := admin.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", 0, 16383).Err(); err != nil {
 		t.Fatalf("CLUSTER ADDSLOTSRANGE: %v", err)
 	}
-	eventually(t, 10*time.Second, "the one-node cluster to serve every slot", func() bool {
+	testutil.Eventually(t, 10*time.Second, "the one-node cluster to serve every slot", func() bool {
 		info, err := admin.ClusterInfo(ctx).Result()
 		return err == nil && strings.Contains(info, "cluster_state:ok")
 	})

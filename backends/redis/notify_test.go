@@ -10,6 +10,7 @@ import (
 	"github.com/dsync-dev/dsync/backends"
 	"github.com/dsync-dev/dsync/backends/redis"
 	"github.com/dsync-dev/dsync/internal/testenv/redistest"
+	"github.com/dsync-dev/dsync/internal/testenv/testutil"
 )
 
 // numSub is the number of server-side subscribers of key's release channel.
@@ -32,7 +33,7 @@ func watch(ctx context.Context, t *testing.T, d *redis.Driver, client *goredis.C
 		t.Fatalf("WatchReleases: %v", err)
 	}
 	t.Cleanup(sub.Close)
-	eventually(t, 5*time.Second, "the subscription to be active", func() bool {
+	testutil.Eventually(t, 5*time.Second, "the subscription to be active", func() bool {
 		return numSub(ctx, t, client, key) > 0
 	})
 	return sub
@@ -69,7 +70,7 @@ func empty(sub backends.Subscription) bool {
 func TestWatchReleases(t *testing.T) {
 	srv := redistest.Start(t, nil)
 	d, client := newDriver(t, srv, nil)
-	ctx := testCtx(t)
+	ctx := testutil.Context(t)
 	key, other := t.Name(), t.Name()+"-other"
 
 	a := watch(ctx, t, d, client, key)
@@ -121,7 +122,7 @@ func TestWatchReleases(t *testing.T) {
 	cycle(ctx, t, d, key, "t3")
 	receive(t, a, "watcher a after b closed")
 	a.Close()
-	eventually(t, 5*time.Second, "the channel to be unsubscribed", func() bool {
+	testutil.Eventually(t, 5*time.Second, "the channel to be unsubscribed", func() bool {
 		return numSub(ctx, t, client, key) == 0
 	})
 
@@ -137,7 +138,7 @@ func TestWatchReleasesAcrossDrivers(t *testing.T) {
 	srv := redistest.Start(t, nil)
 	d1, client := newDriver(t, srv, nil)
 	d2, _ := newDriver(t, srv, nil)
-	ctx := testCtx(t)
+	ctx := testutil.Context(t)
 	key := t.Name()
 
 	sub := watch(ctx, t, d1, client, key)
@@ -151,7 +152,7 @@ func TestWatchReleasesAcrossDrivers(t *testing.T) {
 func TestWatchReleasesConcurrent(t *testing.T) {
 	srv := redistest.Start(t, nil)
 	d, _ := newDriver(t, srv, nil)
-	ctx := testCtx(t)
+	ctx := testutil.Context(t)
 	keys := []string{t.Name() + "-0", t.Name() + "-1", t.Name() + "-2"}
 
 	done := make(chan error, 8)
@@ -191,14 +192,14 @@ func TestWatchReleasesConcurrent(t *testing.T) {
 func TestWatchReleasesAfterRestart(t *testing.T) {
 	srv := redistest.Start(t, nil)
 	d, client := newDriver(t, srv, nil)
-	ctx := testCtx(t)
+	ctx := testutil.Context(t)
 	key := t.Name()
 
 	sub := watch(ctx, t, d, client, key)
 	if err := srv.Restart(ctx); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 15*time.Second, "the subscription to come back after a restart", func() bool {
+	testutil.Eventually(t, 15*time.Second, "the subscription to come back after a restart", func() bool {
 		m, err := client.PubSubNumSub(ctx, "dsync:{"+key+"}:released").Result()
 		return err == nil && m["dsync:{"+key+"}:released"] > 0
 	})

@@ -17,6 +17,7 @@ import (
 	"github.com/dsync-dev/dsync/backends/redis"
 	"github.com/dsync-dev/dsync/internal/redisnode"
 	"github.com/dsync-dev/dsync/internal/testenv/redistest"
+	"github.com/dsync-dev/dsync/internal/testenv/testutil"
 )
 
 func TestMain(m *testing.M) { backendtest.Main(m) }
@@ -32,26 +33,6 @@ func newDriver(t *testing.T, srv *redistest.Server, opts *redis.Options) (*redis
 	}
 	t.Cleanup(func() { _ = d.Close() })
 	return d, client
-}
-
-func testCtx(t *testing.T) context.Context {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
-
-// eventually polls cond every few milliseconds until it holds or timeout
-// passes.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
 }
 
 func req(key, token string, ttl time.Duration) backends.Request {
@@ -165,7 +146,7 @@ func TestCapabilities(t *testing.T) {
 func TestAcquireRelease(t *testing.T) {
 	srv := redistest.Start(t, nil)
 	d, _ := newDriver(t, srv, nil)
-	ctx := testCtx(t)
+	ctx := testutil.Context(t)
 	key := t.Name()
 
 	g, err := d.Acquire(ctx, req(key, "a", 10*time.Second))
@@ -212,7 +193,7 @@ func TestAcquireRelease(t *testing.T) {
 func TestGrantTTLTruncatedToMillis(t *testing.T) {
 	srv := redistest.Start(t, nil)
 	d, _ := newDriver(t, srv, nil)
-	g, err := d.Acquire(testCtx(t), req(t.Name(), "a", 1500*time.Microsecond))
+	g, err := d.Acquire(testutil.Context(t), req(t.Name(), "a", 1500*time.Microsecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -224,7 +205,7 @@ func TestGrantTTLTruncatedToMillis(t *testing.T) {
 func TestRefresh(t *testing.T) {
 	srv := redistest.Start(t, nil)
 	d, client := newDriver(t, srv, nil)
-	ctx := testCtx(t)
+	ctx := testutil.Context(t)
 	key := t.Name()
 	hold := "dsync:{" + key + "}"
 
@@ -251,7 +232,7 @@ func TestRefresh(t *testing.T) {
 	if _, err := d.Acquire(ctx, req(key, "c", 50*time.Millisecond)); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 5*time.Second, "the 50ms hold to expire", func() bool {
+	testutil.Eventually(t, 5*time.Second, "the 50ms hold to expire", func() bool {
 		return client.Exists(ctx, hold).Val() == 0
 	})
 	if err := d.Refresh(ctx, key, "c", time.Hour); !errors.Is(err, backends.ErrNotHeld) {
@@ -272,7 +253,7 @@ func TestRefresh(t *testing.T) {
 func TestFencesStrictlyIncrease(t *testing.T) {
 	srv := redistest.Start(t, nil)
 	d, client := newDriver(t, srv, nil)
-	ctx := testCtx(t)
+	ctx := testutil.Context(t)
 	key := t.Name()
 	serverMicros := func() uint64 {
 		t.Helper()
@@ -341,14 +322,14 @@ func TestFencesStrictlyIncrease(t *testing.T) {
 	if err := srv.Restart(ctx); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 15*time.Second, "the server to answer after its restart", func() bool { return client.Ping(ctx).Err() == nil })
+	testutil.Eventually(t, 15*time.Second, "the server to answer after its restart", func() bool { return client.Ping(ctx).Err() == nil })
 	acquire(key, true)
 }
 
 func TestHolder(t *testing.T) {
 	srv := redistest.Start(t, nil)
 	d, _ := newDriver(t, srv, nil)
-	ctx := testCtx(t)
+	ctx := testutil.Context(t)
 
 	value := []byte("candidate-7\nwith a newline and \x00 bytes")
 	r := req(t.Name(), "tok", 30*time.Second)
@@ -399,7 +380,7 @@ func TestHolder(t *testing.T) {
 func TestLayout(t *testing.T) {
 	srv := redistest.Start(t, nil)
 	d, client := newDriver(t, srv, &redis.Options{Prefix: "app:"})
-	ctx := testCtx(t)
+	ctx := testutil.Context(t)
 
 	r := req("job", "tok", time.Minute)
 	r.Value = []byte("v")
@@ -451,7 +432,7 @@ func TestLayout(t *testing.T) {
 func TestNoScriptFallback(t *testing.T) {
 	srv := redistest.Start(t, nil)
 	d, client := newDriver(t, srv, nil)
-	ctx := testCtx(t)
+	ctx := testutil.Context(t)
 	key := t.Name()
 	flush := func() {
 		t.Helper()
@@ -496,7 +477,7 @@ func refreshHolderReleaseAfterFlushes(ctx context.Context, t *testing.T, d *redi
 func TestClose(t *testing.T) {
 	srv := redistest.Start(t, nil)
 	d, client := newDriver(t, srv, nil)
-	ctx := testCtx(t)
+	ctx := testutil.Context(t)
 	key := t.Name()
 
 	if _, err := d.Acquire(ctx, req(key, "a", time.Minute)); err != nil {
@@ -541,7 +522,7 @@ func TestClose(t *testing.T) {
 func TestContextBoundsCalls(t *testing.T) {
 	srv := redistest.Start(t, nil)
 	d, _ := newDriver(t, srv, nil)
-	ctx := testCtx(t)
+	ctx := testutil.Context(t)
 	key := t.Name()
 	if _, err := d.Acquire(ctx, req(key, "warm", time.Second)); err != nil {
 		t.Fatal(err)
@@ -588,7 +569,7 @@ func TestClusterKeyStartingWithBrace(t *testing.T) {
 func TestKeyStartingWithBrace(t *testing.T) {
 	srv := redistest.Start(t, nil)
 	d, _ := newDriver(t, srv, nil)
-	ctx := testCtx(t)
+	ctx := testutil.Context(t)
 	for _, key := range []string{"}x", "{y}", "a}b{c", "with space", "ünï"} {
 		if _, err := d.Acquire(ctx, req(key, "t", time.Minute)); err != nil {
 			t.Errorf("Acquire(%q): %v", key, err)
@@ -605,7 +586,7 @@ func TestKeyStartingWithBrace(t *testing.T) {
 func TestForeignKeyType(t *testing.T) {
 	srv := redistest.Start(t, nil)
 	d, client := newDriver(t, srv, nil)
-	ctx := testCtx(t)
+	ctx := testutil.Context(t)
 	if err := client.HSet(ctx, "dsync:{foreign}", "field", "tok").Err(); err != nil {
 		t.Fatal(err)
 	}

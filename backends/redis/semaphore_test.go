@@ -17,6 +17,7 @@ import (
 	"github.com/dsync-dev/dsync/backends/redis"
 	"github.com/dsync-dev/dsync/internal/redisnode"
 	"github.com/dsync-dev/dsync/internal/testenv/redistest"
+	"github.com/dsync-dev/dsync/internal/testenv/testutil"
 )
 
 // semReq is a fenced request for one permit of a semaphore of size limit.
@@ -48,15 +49,6 @@ func score(ctx context.Context, t *testing.T, client *goredis.Client, key, token
 	return int64(s)
 }
 
-func mustAcquire(ctx context.Context, t *testing.T, d *redis.Driver, r backends.Request) backends.Grant {
-	t.Helper()
-	g, err := d.Acquire(ctx, r)
-	if err != nil {
-		t.Fatalf("Acquire(%s, limit %d): %v", r.Token, r.Limit, err)
-	}
-	return g
-}
-
 func wantNotAcquired(ctx context.Context, t *testing.T, d *redis.Driver, r backends.Request) {
 	t.Helper()
 	if _, err := d.Acquire(ctx, r); !errors.Is(err, backends.ErrNotAcquired) {
@@ -67,12 +59,12 @@ func wantNotAcquired(ctx context.Context, t *testing.T, d *redis.Driver, r backe
 func TestSemAdmitsLimit(t *testing.T) {
 	srv := redistest.Start(t, nil)
 	d, _ := newDriver(t, srv, nil)
-	ctx := testCtx(t)
+	ctx := testutil.Context(t)
 	key := t.Name()
 	const limit = 3
 
 	for _, tok := range []string{"a", "b", "c"} {
-		g := mustAcquire(ctx, t, d, semReq(key, tok, limit, time.Minute))
+		g := testutil.MustGrant(t, ctx, d, semReq(key, tok, limit, time.Minute))
 		if g.TTL != time.Minute || g.Fence == 0 {
 			t.Errorf("Grant = %+v, want TTL 1m, a fence and no key of its own", g)
 		}
@@ -83,7 +75,7 @@ func TestSemAdmitsLimit(t *testing.T) {
 	if err := d.Release(ctx, key, "b"); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
-	mustAcquire(ctx, t, d, semReq(key, "d", limit, time.Minute))
+	testutil.MustGrant(t, ctx, d, semReq(key, "d", limit, time.Minute))
 	wantNotAcquired(ctx, t, d, semReq(key, "e", limit, time.Minute))
 	if err := d.Release(ctx, key, "b"); !errors.Is(err, backends.ErrNotHeld) {
 		t.Errorf("double Release = %v, want ErrNotHeld", err)
@@ -105,12 +97,12 @@ func TestSemAdmitsLimit(t *testing.T) {
 func TestSemServerClock(t *testing.T) {
 	srv := redistest.Start(t, nil)
 	d, client := newDriver(t, srv, nil)
-	ctx := testCtx(t)
+	ctx := testutil.Context(t)
 	key := t.Name()
 	const ttl = 30 * time.Second
 
 	before := serverMillis(ctx, t, client)
-	mustAcquire(ctx, t, d, semReq(key, "a", 2, ttl+500*time.Microsecond))
+	testutil.MustGrant(t, ctx, d, semReq(key, "a", 2, ttl+500*time.Microsecond))
 	after := serverMillis(ctx, t, client)
 	s := score(ctx, t, client, key, "a")
 	if s < before+ttl.Milliseconds() || s > after+ttl.Milliseconds() {
@@ -125,14 +117,14 @@ func TestSemServerClock(t *testing.T) {
 func TestSemExpiryFrees(t *testing.T) {
 	srv := redistest.Start(t, nil)
 	d, client := newDriver(t, srv, nil)
-	ctx := testCtx(t)
+	ctx := testutil.Context(t)
 	key := t.Name()
 
-	mustAcquire(ctx, t, d, semReq(key, "short", 2, 100*time.Millisecond))
-	mustAcquire(ctx, t, d, semReq(key, "long", 2, time.Minute))
+	testutil.MustGrant(t, ctx, d, semReq(key, "short", 2, 100*time.Millisecond))
+	testutil.MustGrant(t, ctx, d, semReq(key, "long", 2, time.Minute))
 	wantNotAcquired(ctx, t, d, semReq(key, "c", 2, time.Minute))
 	var err error
-	eventually(t, 5*time.Second, "the 100ms permit to free its slot", func() bool {
+	testutil.Eventually(t, 5*time.Second, "the 100ms permit to free its slot", func() bool {
 		_, err = d.Acquire(ctx, semReq(key, "c", 2, time.Minute))
 		return !errors.Is(err, backends.ErrNotAcquired)
 	})
@@ -148,13 +140,13 @@ func TestSemExpiryFrees(t *testing.T) {
 func TestSemRefresh(t *testing.T) {
 	srv := redistest.Start(t, nil)
 	d, client := newDriver(t, srv, nil)
-	ctx := testCtx(t)
+	ctx := testutil.Context(t)
 	key := t.Name()
 	hold := "dsync:{" + key + "}"
 
 	// A short permit kept alive by refreshes outlives its TTL many times.
-	mustAcquire(ctx, t, d, semReq(key, "a", 2, 150*time.Millisecond))
-	mustAcquire(ctx, t, d, semReq(key, "b", 2, time.Minute))
+	testutil.MustGrant(t, ctx, d, semReq(key, "a", 2, 150*time.Millisecond))
+	testutil.MustGrant(t, ctx, d, semReq(key, "b", 2, time.Minute))
 	start := time.Now()
 	for time.Since(start) < 600*time.Millisecond {
 		if err := d.Refresh(ctx, key, "a", 150*time.Millisecond); err != nil {
@@ -189,8 +181,8 @@ func TestSemRefresh(t *testing.T) {
 	if err := d.Release(ctx, key, "a"); err != nil {
 		t.Fatal(err)
 	}
-	mustAcquire(ctx, t, d, semReq(key, "x", 2, 50*time.Millisecond))
-	eventually(t, 5*time.Second, "the 50ms permit to expire", func() bool {
+	testutil.MustGrant(t, ctx, d, semReq(key, "x", 2, 50*time.Millisecond))
+	testutil.Eventually(t, 5*time.Second, "the 50ms permit to expire", func() bool {
 		return serverMillis(ctx, t, client) > score(ctx, t, client, key, "x")
 	})
 	sb := score(ctx, t, client, key, "b")
@@ -210,13 +202,13 @@ func TestSemRefresh(t *testing.T) {
 func TestSemNotHeld(t *testing.T) {
 	srv := redistest.Start(t, nil)
 	d, client := newDriver(t, srv, nil)
-	ctx := testCtx(t)
+	ctx := testutil.Context(t)
 	key := t.Name()
 
-	mustAcquire(ctx, t, d, semReq(key, "a", 3, time.Minute))
-	mustAcquire(ctx, t, d, semReq(key, "b", 3, time.Minute))
-	mustAcquire(ctx, t, d, semReq(key, "gone", 3, 30*time.Millisecond))
-	eventually(t, 5*time.Second, "the 30ms permit to expire", func() bool {
+	testutil.MustGrant(t, ctx, d, semReq(key, "a", 3, time.Minute))
+	testutil.MustGrant(t, ctx, d, semReq(key, "b", 3, time.Minute))
+	testutil.MustGrant(t, ctx, d, semReq(key, "gone", 3, 30*time.Millisecond))
+	testutil.Eventually(t, 5*time.Second, "the 30ms permit to expire", func() bool {
 		return serverMillis(ctx, t, client) > score(ctx, t, client, key, "gone")
 	})
 	sa, sb := score(ctx, t, client, key, "a"), score(ctx, t, client, key, "b")
@@ -247,7 +239,7 @@ func TestSemNotHeld(t *testing.T) {
 func TestSemLimitMismatch(t *testing.T) {
 	srv := redistest.Start(t, nil)
 	d, _ := newDriver(t, srv, nil)
-	ctx := testCtx(t)
+	ctx := testutil.Context(t)
 	key := t.Name()
 
 	wantMismatch := func(r backends.Request, holders int) {
@@ -260,7 +252,7 @@ func TestSemLimitMismatch(t *testing.T) {
 	}
 	// A semaphore of 3 refuses other sizes, and locks, fenced or not, even
 	// with a slot free.
-	mustAcquire(ctx, t, d, semReq(key, "a", 3, time.Minute))
+	testutil.MustGrant(t, ctx, d, semReq(key, "a", 3, time.Minute))
 	wantMismatch(semReq(key, "b", 2, time.Minute), 3)
 	wantMismatch(semReq(key, "b", 4, time.Minute), 3)
 	wantMismatch(req(key, "b", time.Minute), 3)
@@ -274,7 +266,7 @@ func TestSemLimitMismatch(t *testing.T) {
 	if err := d.Release(ctx, key, "a"); err != nil {
 		t.Fatal(err)
 	}
-	mustAcquire(ctx, t, d, req(key, "lock", time.Minute))
+	testutil.MustGrant(t, ctx, d, req(key, "lock", time.Minute))
 	wantMismatch(semReq(key, "b", 2, time.Minute), 1)
 	r := semReq(key, "b", 5, time.Minute)
 	r.Fence = false
@@ -282,7 +274,7 @@ func TestSemLimitMismatch(t *testing.T) {
 	if err := d.Release(ctx, key, "lock"); err != nil {
 		t.Fatal(err)
 	}
-	mustAcquire(ctx, t, d, semReq(key, "b", 2, time.Minute))
+	testutil.MustGrant(t, ctx, d, semReq(key, "b", 2, time.Minute))
 	wantMismatch(semReq(key, "c", 3, time.Minute), 2)
 }
 
@@ -290,22 +282,22 @@ func TestSemLimitMismatch(t *testing.T) {
 func TestSemSizeChangesAfterExpiry(t *testing.T) {
 	srv := redistest.Start(t, nil)
 	d, client := newDriver(t, srv, nil)
-	ctx := testCtx(t)
+	ctx := testutil.Context(t)
 	key := t.Name()
 
-	mustAcquire(ctx, t, d, semReq(key, "a", 3, 30*time.Millisecond))
-	eventually(t, 5*time.Second, "the 30ms permit to expire", func() bool {
+	testutil.MustGrant(t, ctx, d, semReq(key, "a", 3, 30*time.Millisecond))
+	testutil.Eventually(t, 5*time.Second, "the 30ms permit to expire", func() bool {
 		return serverMillis(ctx, t, client) > score(ctx, t, client, key, "a")
 	})
-	mustAcquire(ctx, t, d, semReq(key, "b", 2, time.Minute))
-	mustAcquire(ctx, t, d, semReq(key, "c", 2, time.Minute))
+	testutil.MustGrant(t, ctx, d, semReq(key, "b", 2, time.Minute))
+	testutil.MustGrant(t, ctx, d, semReq(key, "c", 2, time.Minute))
 	wantNotAcquired(ctx, t, d, semReq(key, "d", 2, time.Minute))
 }
 
 func TestSemFencesStrictlyIncrease(t *testing.T) {
 	srv := redistest.Start(t, nil)
 	d, _ := newDriver(t, srv, nil)
-	ctx := testCtx(t)
+	ctx := testutil.Context(t)
 	key := t.Name()
 
 	var last uint64
@@ -318,8 +310,8 @@ func TestSemFencesStrictlyIncrease(t *testing.T) {
 	}
 	for i := range 10 {
 		a, b := fmt.Sprint("a", i), fmt.Sprint("b", i)
-		check(mustAcquire(ctx, t, d, semReq(key, a, 4, time.Minute)))
-		check(mustAcquire(ctx, t, d, semReq(key, b, 4, time.Minute)))
+		check(testutil.MustGrant(t, ctx, d, semReq(key, a, 4, time.Minute)))
+		check(testutil.MustGrant(t, ctx, d, semReq(key, b, 4, time.Minute)))
 		for _, tok := range []string{a, b} {
 			if err := d.Release(ctx, key, tok); err != nil {
 				t.Fatal(err)
@@ -328,7 +320,7 @@ func TestSemFencesStrictlyIncrease(t *testing.T) {
 		// A lock on the same key between two semaphores draws from the
 		// same counter.
 		lock := fmt.Sprint("lock", i)
-		check(mustAcquire(ctx, t, d, req(key, lock, time.Minute)))
+		check(testutil.MustGrant(t, ctx, d, req(key, lock, time.Minute)))
 		if err := d.Release(ctx, key, lock); err != nil {
 			t.Fatal(err)
 		}
@@ -338,7 +330,7 @@ func TestSemFencesStrictlyIncrease(t *testing.T) {
 func TestSemHolder(t *testing.T) {
 	srv := redistest.Start(t, nil)
 	d, client := newDriver(t, srv, nil)
-	ctx := testCtx(t)
+	ctx := testutil.Context(t)
 	key := t.Name()
 	values := "dsync:{" + key + "}:values"
 
@@ -359,7 +351,7 @@ func TestSemHolder(t *testing.T) {
 		}
 	}
 	// Without values, nothing but the set is written.
-	mustAcquire(ctx, t, d, semReq(key, "plain", 4, 20*time.Second))
+	testutil.MustGrant(t, ctx, d, semReq(key, "plain", 4, 20*time.Second))
 	if n := client.Exists(ctx, values).Val(); n != 0 {
 		t.Errorf("values hash written for a holder without a value")
 	}
@@ -368,7 +360,7 @@ func TestSemHolder(t *testing.T) {
 	va := []byte("candidate-a\nwith a newline and \x00 bytes")
 	r := semReq(key, "a", 4, 10*time.Second)
 	r.Value = va
-	mustAcquire(ctx, t, d, r)
+	testutil.MustGrant(t, ctx, d, r)
 	holder("", 20*time.Second) // "plain" still expires last
 	if err := d.Refresh(ctx, key, "a", time.Minute); err != nil {
 		t.Fatal(err)
@@ -376,7 +368,7 @@ func TestSemHolder(t *testing.T) {
 	holder(string(va), time.Minute)
 	r = semReq(key, "c", 4, 30*time.Second)
 	r.Value = []byte("vc")
-	mustAcquire(ctx, t, d, r)
+	testutil.MustGrant(t, ctx, d, r)
 	holder(string(va), time.Minute)
 	if err := d.Release(ctx, key, "a"); err != nil {
 		t.Fatal(err)
@@ -403,7 +395,7 @@ func TestSemHolder(t *testing.T) {
 func TestSemVanishes(t *testing.T) {
 	srv := redistest.Start(t, nil)
 	d, client := newDriver(t, srv, &redis.Options{Prefix: "app:"})
-	ctx := testCtx(t)
+	ctx := testutil.Context(t)
 
 	// The keys of key, and its hash slot's fence counter when it exists.
 	keysOf := func(key string) []string {
@@ -428,13 +420,13 @@ func TestSemVanishes(t *testing.T) {
 			if tok != "b" {
 				r.Value = []byte("v-" + tok)
 			}
-			mustAcquire(ctx, t, d, r)
+			testutil.MustGrant(t, ctx, d, r)
 		}
 		if got := len(keysOf(key)); got != 3 {
 			t.Errorf("%s: %q, want the set, its values and the fence counter", key, keysOf(key))
 		}
 		if byExpiry {
-			eventually(t, 5*time.Second, "the permits to expire", func() bool { return len(keysOf(key)) == 1 })
+			testutil.Eventually(t, 5*time.Second, "the permits to expire", func() bool { return len(keysOf(key)) == 1 })
 		} else {
 			for _, tok := range []string{"c", "a", "b"} {
 				if err := d.Release(ctx, key, tok); err != nil {
@@ -452,12 +444,12 @@ func TestSemVanishes(t *testing.T) {
 func TestSemLayout(t *testing.T) {
 	srv := redistest.Start(t, nil)
 	d, client := newDriver(t, srv, &redis.Options{Prefix: "app:"})
-	ctx := testCtx(t)
+	ctx := testutil.Context(t)
 
 	r := semReq("job", "tok", 5, time.Minute)
 	r.Value = []byte("v")
-	mustAcquire(ctx, t, d, r)
-	mustAcquire(ctx, t, d, semReq("job", "tok2", 5, time.Minute))
+	testutil.MustGrant(t, ctx, d, r)
+	testutil.MustGrant(t, ctx, d, semReq("job", "tok2", 5, time.Minute))
 	zs, err := client.ZRangeWithScores(ctx, "app:{job}", 0, -1).Result()
 	if err != nil {
 		t.Fatal(err)
@@ -476,12 +468,12 @@ func TestSemReleaseWakes(t *testing.T) {
 	srv := redistest.Start(t, nil)
 	d, client := newDriver(t, srv, nil)
 	other, _ := newDriver(t, srv, nil)
-	ctx := testCtx(t)
+	ctx := testutil.Context(t)
 	key := t.Name()
 
 	sub := watch(ctx, t, d, client, key)
-	mustAcquire(ctx, t, other, semReq(key, "a", 2, time.Minute))
-	mustAcquire(ctx, t, other, semReq(key, "b", 2, time.Minute))
+	testutil.MustGrant(t, ctx, other, semReq(key, "a", 2, time.Minute))
+	testutil.MustGrant(t, ctx, other, semReq(key, "b", 2, time.Minute))
 	if !empty(sub) {
 		t.Fatal("notice before any release")
 	}
@@ -519,7 +511,7 @@ func TestSemReleaseWakes(t *testing.T) {
 // limit, and reaches it.
 func TestSemHammer(t *testing.T) {
 	srv := redistest.Start(t, nil)
-	ctx := testCtx(t)
+	ctx := testutil.Context(t)
 	key := t.Name()
 	const limit, clients, workers, rounds = 3, 3, 12, 25
 
@@ -577,7 +569,7 @@ func TestSemHammer(t *testing.T) {
 func TestSemNoScriptFallback(t *testing.T) {
 	srv := redistest.Start(t, nil)
 	d, client := newDriver(t, srv, nil)
-	ctx := testCtx(t)
+	ctx := testutil.Context(t)
 	key := t.Name()
 	flush := func() {
 		t.Helper()
@@ -585,9 +577,9 @@ func TestSemNoScriptFallback(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	mustAcquire(ctx, t, d, semReq(key, "warm", 2, time.Minute))
+	testutil.MustGrant(t, ctx, d, semReq(key, "warm", 2, time.Minute))
 	flush()
-	mustAcquire(ctx, t, d, semReq(key, "a", 2, time.Minute))
+	testutil.MustGrant(t, ctx, d, semReq(key, "a", 2, time.Minute))
 	refreshHolderReleaseAfterFlushes(ctx, t, d, key, "a", flush)
 }
 
@@ -596,11 +588,11 @@ func TestSemNoScriptFallback(t *testing.T) {
 func TestSemLargeScores(t *testing.T) {
 	srv := redistest.Start(t, nil)
 	d, client := newDriver(t, srv, nil)
-	ctx := testCtx(t)
+	ctx := testutil.Context(t)
 	key := t.Name()
 	ttl := time.Duration(math.MaxInt64).Truncate(time.Millisecond)
 	before := serverMillis(ctx, t, client)
-	mustAcquire(ctx, t, d, semReq(key, "a", 2, ttl))
+	testutil.MustGrant(t, ctx, d, semReq(key, "a", 2, ttl))
 	if s := score(ctx, t, client, key, "a"); s < before+ttl.Milliseconds() || s > before+ttl.Milliseconds()+5000 {
 		t.Errorf("score %d for a TTL of %d ms from %d", s, ttl.Milliseconds(), before)
 	}

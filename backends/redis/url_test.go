@@ -31,7 +31,7 @@ func TestSchemesRegistered(t *testing.T) {
 // backend, closed when the test ends.
 func openAndUse(t *testing.T, rawURL, key string) *dsync.Backend {
 	t.Helper()
-	ctx := testCtx(t)
+	ctx := testutil.Context(t)
 	b, err := dsync.Open(ctx, rawURL)
 	if err != nil {
 		t.Fatalf("Open(%s): %v", rawURL, err)
@@ -45,7 +45,7 @@ func openAndUse(t *testing.T, rawURL, key string) *dsync.Backend {
 
 func TestOpenURL(t *testing.T) {
 	srv := redistest.Start(t, nil)
-	ctx := testCtx(t)
+	ctx := testutil.Context(t)
 	addr := srv.Addr()
 	exists := func(db int, key string) bool {
 		t.Helper()
@@ -102,7 +102,7 @@ func TestOpenURL(t *testing.T) {
 
 func TestOpenURLPassword(t *testing.T) {
 	srv := redistest.Start(t, &redistest.Options{Password: "s3cret"})
-	ctx := testCtx(t)
+	ctx := testutil.Context(t)
 
 	openAndUse(t, srv.URL(), "withpass")
 	openAndUse(t, "redis://:s3cret@"+srv.Addr(), "withpass2")
@@ -185,7 +185,7 @@ func TestOpenURLUnreachable(t *testing.T) {
 // later, for the clients it creates.
 func TestWritesNothingToStderr(t *testing.T) {
 	srv := redistest.Start(t, nil)
-	ctx := testCtx(t)
+	ctx := testutil.Context(t)
 	var openErr, downErr, backErr error
 	out := testutil.CaptureStderr(t, func() {
 		var b *dsync.Backend

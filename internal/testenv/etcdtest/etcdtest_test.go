@@ -9,22 +9,17 @@ import (
 
 	"github.com/dsync-dev/dsync/internal/testenv/etcdtest"
 	"github.com/dsync-dev/dsync/internal/testenv/leakcheck"
+	"github.com/dsync-dev/dsync/internal/testenv/testutil"
 )
 
 func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }
-
-func testCtx(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
 
 func TestSingleMember(t *testing.T) {
 	start := time.Now()
 	c := etcdtest.Start(t, nil)
 	t.Logf("started in %v on %v", time.Since(start), c.Endpoints())
 	cli := c.Client(t)
-	ctx := testCtx(t)
+	ctx := testutil.Context(t)
 	if c.Size() != 1 || len(c.Endpoints()) != 1 || c.URL() != "etcd://"+c.Endpoint(0) {
 		t.Fatalf("Size %d, Endpoints %v, URL %s", c.Size(), c.Endpoints(), c.URL())
 	}
@@ -56,7 +51,7 @@ func TestMinLeaseTTL(t *testing.T) {
 		{&etcdtest.Options{TickMs: 100, ElectionMs: 1000}, 2 * time.Second},
 		{&etcdtest.Options{TickMs: 100, ElectionMs: 1400}, 3 * time.Second},
 	} {
-		c, err := etcdtest.StartServer(testCtx(t), tc.opts)
+		c, err := etcdtest.StartServer(testutil.Context(t), tc.opts)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -64,7 +59,7 @@ func TestMinLeaseTTL(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		g, err := cli.Grant(testCtx(t), 1)
+		g, err := cli.Grant(testutil.Context(t), 1)
 		_ = cli.Close()
 		if cerr := c.Close(); cerr != nil {
 			t.Error(cerr)
@@ -80,7 +75,7 @@ func TestMinLeaseTTL(t *testing.T) {
 
 func TestBadOptions(t *testing.T) {
 	for _, o := range []*etcdtest.Options{{Members: -1}, {TickMs: 100, ElectionMs: 400}} {
-		if c, err := etcdtest.StartServer(testCtx(t), o); err == nil {
+		if c, err := etcdtest.StartServer(testutil.Context(t), o); err == nil {
 			_ = c.Close()
 			t.Errorf("StartServer(%+v) succeeded", *o)
 		}
@@ -92,7 +87,7 @@ func TestCluster(t *testing.T) {
 	c := etcdtest.Start(t, &etcdtest.Options{Members: 3})
 	t.Logf("3 members started in %v", time.Since(start))
 	cli := c.Client(t)
-	ctx := testCtx(t)
+	ctx := testutil.Context(t)
 	if _, err := cli.Put(ctx, "k", "v"); err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +136,7 @@ func TestCluster(t *testing.T) {
 
 func TestMajorityLost(t *testing.T) {
 	c := etcdtest.Start(t, &etcdtest.Options{Members: 3})
-	ctx := testCtx(t)
+	ctx := testutil.Context(t)
 	c.Kill(0)
 	c.Kill(1)
 	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)

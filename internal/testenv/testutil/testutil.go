@@ -28,17 +28,28 @@ func Context(t testing.TB) context.Context {
 	return ctx
 }
 
-// Eventually polls cond every 5ms until it holds, and fails the test with
-// msg if timeout passes first.
-func Eventually(t testing.TB, timeout time.Duration, cond func() bool, msg string) {
+// Eventually polls cond every 5ms until it holds, and fails the test,
+// saying what was awaited, if timeout passes first.
+func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v", msg, timeout)
+			t.Fatalf("%s: not within %v", what, timeout)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// MustGrant makes one attempt with d and fails the test unless it is
+// granted.
+func MustGrant(t testing.TB, ctx context.Context, d backends.Driver, r backends.Request) backends.Grant {
+	t.Helper()
+	g, err := d.Acquire(ctx, r)
+	if err != nil {
+		t.Fatalf("Acquire(%q, token %q, limit %d): %v", r.Key, r.Token, r.Limit, err)
+	}
+	return g
 }
 
 // UniqueKey returns a key that no other test, run or process uses: the

@@ -12,6 +12,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/dsync-dev/dsync/internal/redisnode"
+	"github.com/dsync-dev/dsync/internal/telemetry"
 )
 
 // ErrQuarantined: the node's server process is younger than MaxTTL (it was
@@ -28,13 +29,20 @@ type node struct {
 	maxTTL     time.Duration
 	quarantine bool
 
+	tel        *telemetry.Nodes
+
 	mu    sync.Mutex // protects the fields below
 	runID string     // of the server process last connected to
 	until time.Time  // quarantined before this local time
+	// back fires at until, to report the end of a quarantine reported
+	// begun (told); closed stops it for good.
+	back   *time.Timer
+	told   bool
+	closed bool
 }
 
-func newNode(index int, opts *goredis.Options, o *Options) (*node, error) {
-	n := &node{index: index, addr: opts.Addr, maxTTL: o.MaxTTL, quarantine: !o.NoQuarantine}
+func newNode(index int, opts *goredis.Options, o *Options, tel *telemetry.Nodes) (*node, error) {
+	n := &node{index: index, addr: opts.Addr, maxTTL: o.MaxTTL, quarantine: !o.NoQuarantine, tel: tel}
 	co := *opts
 	co.MaxRetries = -1 // one attempt per call: dsync knows what is safe to repeat
 	co.ContextTimeoutEnabled = true
@@ -73,6 +81,7 @@ func (n *node) onConnect(ctx context.Context, cn *goredis.Conn) error {
 	now := time.Now()
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	restarted := n.runID != "" && n.runID != runID
 	n.runID = runID
 	// uptime_in_seconds is the difference of two instants each truncated
 	// to the second, so it may exceed the true uptime by up to a second: a
@@ -82,10 +91,55 @@ func (n *node) onConnect(ctx context.Context, cn *goredis.Conn) error {
 	started := now.Add(-uptime).Add(time.Second)
 	if n.quarantine {
 		if end := started.Add(n.maxTTL); end.After(n.until) {
+			begun := !n.until.After(now) || restarted
 			n.until = end
+			if end.After(now) {
+				n.watchQuarantine(now, begun, restarted)
+			}
 		}
 	}
 	return nil
+}
+
+// watchQuarantine reports a quarantine begun, and arms the timer that
+// reports its end. n.mu must be held.
+func (n *node) watchQuarantine(now time.Time, begun, restarted bool) {
+	if n.closed {
+		return
+	}
+	if begun {
+		n.told = true
+		n.tel.Quarantined(n.index, n.until, restarted)
+	}
+	if n.back == nil {
+		n.back = time.AfterFunc(n.until.Sub(now), n.onBack)
+	} else {
+		n.back.Reset(n.until.Sub(now))
+	}
+}
+
+// onBack reports the end of the quarantine, unless it was made longer
+// meanwhile.
+func (n *node) onBack() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed || !n.told {
+		return
+	}
+	if left := time.Until(n.until); left > 0 {
+		n.back.Reset(left)
+		return
+	}
+	n.told = false
+	n.tel.Back(n.index)
+}
+
+// quarantinedUntil is the end of the node's quarantine: zero or past
+// while it votes.
+func (n *node) quarantinedUntil() time.Time {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.until
 }
 
 func parseServerInfo(info string) (runID string, uptime time.Duration, err error) {
@@ -131,6 +185,12 @@ func (n *node) currentRunID() string {
 }
 
 func (n *node) close() error {
+	n.mu.Lock()
+	n.closed = true
+	if n.back != nil {
+		n.back.Stop()
+	}
+	n.mu.Unlock()
 	n.notices.Close()
 	return n.client.Close()
 }

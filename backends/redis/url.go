@@ -68,7 +68,7 @@ func urlOptions(tls bool) []dsync.OptionDoc {
 // openURL opens a driver for redis://[user:password@]host:port[/db][?opts]
 // (or rediss://) and probes the server with PING within ctx. dsync.Open has
 // already rejected options not in urlOptions.
-func openURL(ctx context.Context, u *url.URL) (backends.Driver, error) {
+func openURL(ctx context.Context, u *url.URL, _ dsync.Telemetry) (backends.Driver, error) {
 	q := u.Query()
 	var opts Options
 	if q.Has("prefix") {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/dsync-dev/dsync"
 	"github.com/dsync-dev/dsync/backends"
+	"github.com/dsync-dev/dsync/internal/telemetry"
 	"github.com/dsync-dev/dsync/retry"
 )
 
@@ -45,8 +46,12 @@ func (c *Config) Attempt(ctx context.Context) (*Lease, error) {
 // TryAcquire makes one attempt, like Attempt, and starts auto-extension if
 // c.AutoExtend. Plain contention is an error matching dsync.ErrNotAcquired
 // that says what was taken.
-func (c *Config) TryAcquire(ctx context.Context) (*Lease, error) {
-	l, err := c.Attempt(ctx)
+func (c *Config) TryAcquire(ctx context.Context) (l *Lease, err error) {
+	ctx, call := c.tel.Start(ctx, telemetry.TryAcquire)
+	defer func() { call.Acquired(ctx, l.fenceOrZero(), err) }()
+	call.Attempting()
+	l, err = c.Attempt(ctx)
+	call.Attempted(err)
 	if err == dsync.ErrNotAcquired { // the bare sentinel: plain contention
 		return nil, fmt.Errorf("%w: %s", err, c.taken())
 	}
@@ -71,7 +76,9 @@ func (c *Config) TryAcquire(ctx context.Context) (*Lease, error) {
 // waits, so that a release between the first attempt and the subscription
 // is not missed. An uncontended Acquire costs one attempt, no subscription
 // and no backoff.
-func (c *Config) Acquire(ctx context.Context, between func(context.Context) error) (*Lease, error) {
+func (c *Config) Acquire(ctx context.Context, between func(context.Context) error) (l *Lease, err error) {
+	ctx, call := c.tel.Start(ctx, telemetry.Acquire)
+	defer func() { call.Acquired(ctx, l.fenceOrZero(), err) }()
 	if err := ctx.Err(); err != nil {
 		return nil, c.notStarted(err)
 	}
@@ -85,7 +92,9 @@ func (c *Config) Acquire(ctx context.Context, between func(context.Context) erro
 	var prev error      // the last attempt that ran its course
 	var b retry.Backoff // started at the first wait
 	for {
+		call.Attempting()
 		l, err := c.Attempt(ctx)
+		call.Attempted(err)
 		if err == nil {
 			return c.started(l, nil)
 		}

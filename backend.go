@@ -1,6 +1,7 @@
 package dsync
 
 import (
+	"context"
 	"log/slog"
 	"sync"
 	"time"
@@ -146,6 +147,31 @@ func (b *Backend) Defaults() Defaults { return b.defaults }
 
 // Telemetry returns where the backend's telemetry goes.
 func (b *Backend) Telemetry() Telemetry { return b.telemetry }
+
+// Health is a backend's report on whether it can serve now (see
+// Backend.Health): OK, the reason when not, and each server's state.
+type Health = backends.Health
+
+// NodeHealth is one server's part of a Health report.
+type NodeHealth = backends.NodeHealth
+
+// DefaultHealthTimeout bounds Backend.Health when its ctx has no deadline.
+const DefaultHealthTimeout = 5 * time.Second
+
+// Health reports whether b can serve now, without taking a lock: one probe
+// of each server, in parallel (Redis: PING; Redlock: each node's PING and
+// restart quarantine; etcd: each endpoint's status; memory: always OK),
+// bounded by ctx, or by DefaultHealthTimeout when ctx has no deadline. A
+// server that does not answer is reported in the Health, not as an error;
+// the error is ErrClosed after Close, or ctx's if it was done already.
+func (b *Backend) Health(ctx context.Context) (Health, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, DefaultHealthTimeout)
+		defer cancel()
+	}
+	return b.driver.Health(ctx)
+}
 
 // String describes the backend; a URL's password and secret options are
 // redacted.

@@ -9,7 +9,8 @@
 // The suite drives the backend through the portable locker package and the
 // driver SPI, against a real server: exclusivity, no re-entrancy, ownership
 // of refresh and release, expiry, extension, fencing, cancellation, key
-// isolation, a contention hammer, release wake-ups and use after close.
+// isolation, a contention hammer, release wake-ups, use after close and
+// the health report.
 package backendtest
 
 import (
@@ -63,6 +64,7 @@ func Run(t *testing.T, h Harness) {
 		{"ReleaseWakesWaiter", s.testWake},
 		{"DoCancelsOnLoss", s.testDoCancelsOnLoss},
 		{"UseAfterClose", s.testUseAfterClose},
+		{"Health", s.testHealth},
 	})
 	t.Run("Semaphore", s.runSemaphores)
 	t.Run("Election", s.runElections)

@@ -346,6 +346,13 @@ func (d *cutDriver) CheckTTL(ttl time.Duration) error {
 	return d.Driver.CheckTTL(ttl)
 }
 
+func (d *cutDriver) Health(ctx context.Context) (backends.Health, error) {
+	if d.cut.Load() {
+		return backends.Health{Reason: errCut.Error(), Nodes: []backends.NodeHealth{{Addr: "cut", Err: errCut}}}, nil
+	}
+	return d.Driver.Health(ctx)
+}
+
 // testElectCutOff: a leader cut off from the server (every request fails)
 // stops leading when its lease's validity runs out, and the follower is
 // granted leadership only after that moment.
@@ -378,6 +385,9 @@ func (s *suite) testElectCutOff(t *testing.T) {
 	time.Sleep(ttl) // some renewals first: the cadence under test
 	cut := time.Now()
 	cd.cut.Store(true)
+	if h, err := ba.Health(ctx); err != nil || h.OK {
+		t.Errorf("Health of a backend cut off from its server = %+v, %v; want not OK", h, err)
+	}
 	var lostAt time.Time
 	select {
 	case <-la.Done():

@@ -176,7 +176,6 @@ func (c NodeCall) End(ctx context.Context, err error) {
 }
 
 func nodeOutcome(err error) int {
-	var ne net.Error
 	switch {
 	case err == nil:
 		return nodeOK
@@ -184,10 +183,17 @@ func nodeOutcome(err error) int {
 		return nodeRefused
 	case errors.Is(err, backends.ErrNotHeld):
 		return nodeNotHeld
-	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || errors.As(err, &ne) && ne.Timeout():
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || isNetTimeout(err):
 		return nodeTimeout
 	}
 	return nodeError
+}
+
+// isNetTimeout is apart so that nodeOutcome(nil) allocates nothing (the
+// target of errors.As escapes).
+func isNetTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }
 
 // Quarantined records that node i is in restart quarantine until until:

@@ -29,7 +29,7 @@ type node struct {
 	maxTTL     time.Duration
 	quarantine bool
 
-	tel        *telemetry.Nodes
+	tel *telemetry.Nodes
 
 	mu    sync.Mutex // protects the fields below
 	runID string     // of the server process last connected to

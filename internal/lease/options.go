@@ -47,7 +47,7 @@ type Config struct {
 	Key     string
 	Limit   int
 
-	lines *lines           // the backend's local waiting lines (queue.go)
+	lines *lines          // the backend's local waiting lines (queue.go)
 	tel   *telemetry.Prim // the primitive's telemetry (telemetry.go)
 }
 

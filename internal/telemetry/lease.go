@@ -99,14 +99,14 @@ var changeNames = [numChanges]string{"won", "resigned", "lost", "observed"}
 // so that recording allocates nothing.
 type attrs struct {
 	kind    Kind
-	span    []attribute.KeyValue                      // backend, primitive[, key]
-	acquire [2][numOutcomes][]metric.RecordOption     // by Op (Acquire, TryAcquire) and outcome
-	hold    [2][]metric.RecordOption                  // released, lost
-	extend  [numExtendOutcomes][]metric.AddOption     // by outcome
-	lost    [numCauses][]metric.AddOption             // by cause
-	change  [numChanges][]metric.AddOption            // by change
-	add     []metric.AddOption                        // backend, primitive[, key]
-	record  []metric.RecordOption                     // backend, primitive[, key]
+	span    []attribute.KeyValue                  // backend, primitive[, key]
+	acquire [2][numOutcomes][]metric.RecordOption // by Op (Acquire, TryAcquire) and outcome
+	hold    [2][]metric.RecordOption              // released, lost
+	extend  [numExtendOutcomes][]metric.AddOption // by outcome
+	lost    [numCauses][]metric.AddOption         // by cause
+	change  [numChanges][]metric.AddOption        // by change
+	add     []metric.AddOption                    // backend, primitive[, key]
+	record  []metric.RecordOption                 // backend, primitive[, key]
 }
 
 func (t *T) newAttrs(kind Kind, key string) *attrs {

@@ -20,9 +20,9 @@ import (
 type NodeOp uint8
 
 const (
-	NodeAcquire NodeOp = iota
-	NodeFence          // the fencing token's write-back
-	NodeWithdraw       // the release of a failed attempt
+	NodeAcquire  NodeOp = iota
+	NodeFence           // the fencing token's write-back
+	NodeWithdraw        // the release of a failed attempt
 	NodeRefresh
 	NodeRelease
 	NodeHolder

@@ -163,9 +163,9 @@ func TestContendedLockRaisesAttemptsAndWait(t *testing.T) {
 // lossCase is a way to lose a lease that auto-extends every 150 ms with a
 // TTL of 600 ms.
 type lossCase struct {
-	cause string            // the loss's cause
-	opts  locker.Options    // beside the TTL and the interval
-	via   bool              // the backend talks to the server through a proxy
+	cause string             // the loss's cause
+	opts  locker.Options     // beside the TTL and the interval
+	via   bool               // the backend talks to the server through a proxy
 	fault func(*lossFixture) // makes the lease lost
 	// the extensions it takes, by outcome (at least)
 	extensions map[string]float64

@@ -47,8 +47,9 @@ type Config struct {
 	Key     string
 	Limit   int
 
-	lines *lines          // the backend's local waiting lines (queue.go)
-	tel   *telemetry.Prim // the primitive's telemetry (telemetry.go)
+	lines *lines // the backend's local waiting lines (queue.go)
+	// tel is the primitive's telemetry (telemetry.go).
+	tel *telemetry.Prim
 }
 
 // New checks opts (nil means defaults) for leases of limit holders on key

@@ -100,6 +100,8 @@ var changeNames = [numChanges]string{"won", "resigned", "lost", "observed"}
 type attrs struct {
 	kind    Kind
 	span    []attribute.KeyValue                  // backend, primitive[, key]
+	start   []trace.SpanStartOption               // internal, with span
+	attempt [numOutcomes]trace.EventOption        // an attempt's event, by outcome
 	acquire [2][numOutcomes][]metric.RecordOption // by Op (Acquire, TryAcquire) and outcome
 	hold    [2][]metric.RecordOption              // released, lost
 	extend  [numExtendOutcomes][]metric.AddOption // by outcome
@@ -118,6 +120,10 @@ func (t *T) newAttrs(kind Kind, key string) *attrs {
 		return metric.WithAttributeSet(attribute.NewSet(append(append([]attribute.KeyValue(nil), base...), more...)...))
 	}
 	a := &attrs{kind: kind, span: base}
+	a.start = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(base...)}
+	for o := range numOutcomes {
+		a.attempt[o] = trace.WithAttributes(keyOutcome.String(outcomeNames[o]))
+	}
 	for op, name := range []string{"acquire", "try_acquire"} {
 		for o := range numOutcomes {
 			a.acquire[op][o] = []metric.RecordOption{with(keyOperation.String(name), keyOutcome.String(outcomeNames[o]))}
@@ -175,7 +181,7 @@ type Call struct {
 // tracing is on, for the calls it makes to the driver.
 func (p *Prim) Start(ctx context.Context, op Op) (context.Context, Call) {
 	c := Call{p: p, op: op, start: time.Now()}
-	ctx, c.span = p.t.startSpan(ctx, spanNames[p.a.kind][op], trace.SpanKindInternal, p.a.span)
+	ctx, c.span = p.t.startSpan(ctx, spanNames[p.a.kind][op], p.a.start)
 	return ctx, c
 }
 
@@ -198,11 +204,11 @@ func (c *Call) Attempted(err error) {
 	case err != nil:
 		o = failed
 	}
-	kv := []attribute.KeyValue{attribute.Int("dsync.attempt", c.attempts), keyOutcome.String(outcomeNames[o])}
 	if o == failed {
-		kv = append(kv, attribute.String("exception.message", err.Error()))
+		c.span.AddEvent("dsync.attempt", c.p.a.attempt[o], trace.WithAttributes(attribute.String("exception.message", err.Error())))
+		return
 	}
-	c.span.AddEvent("dsync.attempt", trace.WithAttributes(kv...))
+	c.span.AddEvent("dsync.attempt", c.p.a.attempt[o])
 }
 
 // Acquired ends an acquisition call (Acquire, TryAcquire): its duration,

@@ -32,6 +32,13 @@ const (
 
 var nodeOpNames = [numNodeOps]string{"acquire", "fence", "withdraw", "refresh", "release", "holder", "ping"}
 
+var nodeSpanNames = func() (names [numNodeOps]string) {
+	for op, n := range nodeOpNames {
+		names[op] = "dsync.redlock." + n
+	}
+	return names
+}()
+
 // The outcomes of a node request.
 const (
 	nodeOK = iota
@@ -59,6 +66,7 @@ type Nodes struct {
 type nodeAttrs struct {
 	index   int
 	addr    string
+	start   []trace.SpanStartOption // a client span, with span
 	span    []attribute.KeyValue
 	request [numNodeOps][numNodeOutcomes][]metric.RecordOption
 	add     []metric.AddOption
@@ -97,6 +105,7 @@ func NewNodes(s Settings, addrs []string) *Nodes {
 		}
 		a.add = []metric.AddOption{with()}
 		a.observe = []metric.ObserveOption{with()}
+		a.start = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(a.span...)}
 		n.nodes = append(n.nodes, a)
 	}
 	return n
@@ -157,8 +166,7 @@ func (n *Nodes) Start(caller, nodeCtx context.Context, i int, op NodeOp) (contex
 		return nodeCtx, c
 	}
 	tracer := parent.TracerProvider().Tracer(ScopeName)
-	nodeCtx, c.span = tracer.Start(trace.ContextWithSpan(nodeCtx, parent), "dsync.redlock."+nodeOpNames[op],
-		trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(n.nodes[i].span...))
+	nodeCtx, c.span = tracer.Start(trace.ContextWithSpan(nodeCtx, parent), nodeSpanNames[op], n.nodes[i].start...)
 	return nodeCtx, c
 }
 

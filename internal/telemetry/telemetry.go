@@ -207,7 +207,7 @@ func Of(b interface {
 
 // startSpan starts a span named name under ctx when tracing is on; it
 // returns ctx and nil otherwise, having allocated nothing.
-func (t *T) startSpan(ctx context.Context, name string, kind trace.SpanKind, attrs []attribute.KeyValue) (context.Context, trace.Span) {
+func (t *T) startSpan(ctx context.Context, name string, opts []trace.SpanStartOption) (context.Context, trace.Span) {
 	switch t.tracing {
 	case 0:
 		return ctx, nil
@@ -216,7 +216,7 @@ func (t *T) startSpan(ctx context.Context, name string, kind trace.SpanKind, att
 			return ctx, nil
 		}
 	}
-	return t.tracer.Start(ctx, name, trace.WithSpanKind(kind), trace.WithAttributes(attrs...))
+	return t.tracer.Start(ctx, name, opts...)
 }
 
 // isNoopTracing reports a tracer provider that never records: the noop

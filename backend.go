@@ -180,6 +180,9 @@ func (b *Backend) String() string { return b.name }
 // Close closes the driver. Leases still held are left to expire on the
 // server; calls on them fail with ErrClosed. Close is idempotent.
 func (b *Backend) Close() error {
-	b.closeOnce.Do(func() { b.closeErr = b.driver.Close() })
+	b.closeOnce.Do(func() {
+		b.closeErr = b.driver.Close()
+		telemetry.Of(b).Close()
+	})
 	return b.closeErr
 }

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"math"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -109,6 +110,10 @@ type attrs struct {
 	change  [numChanges][]metric.AddOption        // by change
 	add     []metric.AddOption                    // backend, primitive[, key]
 	record  []metric.RecordOption                 // backend, primitive[, key]
+	observe []metric.ObserveOption                // backend, primitive[, key]
+
+	active  atomic.Int64 // leases held now
+	leading atomic.Int64 // terms led now (elections)
 }
 
 func (t *T) newAttrs(kind Kind, key string) *attrs {
@@ -142,6 +147,7 @@ func (t *T) newAttrs(kind Kind, key string) *attrs {
 	}
 	a.add = []metric.AddOption{with()}
 	a.record = []metric.RecordOption{with()}
+	a.observe = []metric.ObserveOption{with()}
 	return a
 }
 
@@ -156,11 +162,18 @@ type Prim struct {
 
 // Prim returns the telemetry of kind on key; candidate is an election's
 // candidate ID (empty for the others). The key is an attribute only with
-// Settings.KeyAttributes.
+// Settings.KeyAttributes; then each key's attribute sets are made once and
+// kept as long as the backend, as the SDK keeps each key's series.
 func (t *T) Prim(kind Kind, key, candidate string) *Prim {
 	a := t.prims[kind]
 	if t.keys {
-		a = t.newAttrs(kind, key)
+		t.mu.Lock()
+		k := kindKey{kind, key}
+		if a = t.byKey[k]; a == nil {
+			a = t.newAttrs(kind, key)
+			t.byKey[k] = a
+		}
+		t.mu.Unlock()
 	}
 	return &Prim{t: t, a: a, key: key, candidate: candidate}
 }
@@ -187,8 +200,12 @@ func (p *Prim) Start(ctx context.Context, op Op) (context.Context, Call) {
 
 // Attempting marks the start of an attempt.
 func (c *Call) Attempting() {
-	c.attemptAt = time.Now()
 	c.attempts++
+	if c.op == TryAcquire {
+		c.attemptAt = c.start // its one attempt goes out at once
+		return
+	}
+	c.attemptAt = time.Now()
 }
 
 // Attempted records an attempt's result, as an event of the call's span.
@@ -208,12 +225,16 @@ func (c *Call) Attempted(err error) {
 		c.span.AddEvent("dsync.attempt", c.p.a.attempt[o], trace.WithAttributes(attribute.String("exception.message", err.Error())))
 		return
 	}
+	if o == acquired && c.attempts == 1 {
+		return // the span says it all: one attempt, acquired
+	}
 	c.span.AddEvent("dsync.attempt", c.p.a.attempt[o])
 }
 
-// Acquired ends an acquisition call (Acquire, TryAcquire): its duration,
-// wait and attempts by outcome, and, when it got a lease with fencing
-// token fence, the lease's start (and an election's term).
+// Acquired ends an acquisition call (Acquire, TryAcquire): its duration
+// by outcome, and for Acquire (which blocks) its wait and attempts; and,
+// when it got a lease with fencing token fence, the lease's start (and an
+// election's term).
 func (c *Call) Acquired(ctx context.Context, fence uint64, err error) {
 	now := time.Now()
 	o := acquired
@@ -233,16 +254,23 @@ func (c *Call) Acquired(ctx context.Context, fence uint64, err error) {
 	t, a := c.p.t, c.p.a
 	opts := a.acquire[min(c.op, TryAcquire)][o]
 	t.acquireDuration.Record(ctx, now.Sub(c.start).Seconds(), opts...)
-	t.acquireWait.Record(ctx, wait.Seconds(), opts...)
-	t.acquireAttempts.Record(ctx, int64(c.attempts), opts...)
+	if c.op != TryAcquire { // one attempt and no wait, by contract
+		t.acquireWait.Record(ctx, wait.Seconds(), opts...)
+		t.acquireAttempts.Record(ctx, int64(c.attempts), opts...)
+	}
 	if err == nil {
 		c.p.held(ctx, fence)
 	}
 	if c.span != nil {
-		c.span.SetAttributes(keyOutcome.String(outcomeNames[o]), keyAttempts.Int(c.attempts), keyWait.Float64(wait.Seconds()))
-		if err == nil {
-			c.span.SetAttributes(tokenAttr(fence))
+		kv := [4]attribute.KeyValue{keyOutcome.String(outcomeNames[o]), tokenAttr(fence), keyAttempts.Int(c.attempts), keyWait.Float64(wait.Seconds())}
+		first, last := 0, len(kv)
+		if c.op == TryAcquire {
+			last = 2 // one attempt and no wait, by contract
 		}
+		if err != nil {
+			kv[1], first = kv[0], 1 // no token
+		}
+		c.span.SetAttributes(kv[first:last]...)
 		c.endSpan(err, o == failed || o == timedOut)
 	}
 }
@@ -275,7 +303,9 @@ func (c *Call) Released(err error) {
 	case err != nil:
 		o = "error"
 	}
-	c.span.SetAttributes(keyOutcome.String(o))
+	if err != nil { // a span without an outcome released the hold
+		c.span.SetAttributes(keyOutcome.String(o))
+	}
 	c.endSpan(err, err != nil)
 }
 
@@ -297,11 +327,11 @@ func tokenAttr(fence uint64) attribute.KeyValue {
 // held records the start of a lease, and of an election's term.
 func (p *Prim) held(ctx context.Context, fence uint64) {
 	t, a := p.t, p.a
-	t.active.Add(ctx, 1, a.add...)
+	a.active.Add(1)
 	if a.kind != Election {
 		return
 	}
-	t.leader.Add(ctx, 1, a.add...)
+	a.leading.Add(1)
 	t.termChanges.Add(ctx, 1, a.change[won]...)
 	p.log(ctx, slog.LevelInfo, "dsync: leading", slog.Uint64("term", fence))
 }
@@ -319,9 +349,9 @@ func (p *Prim) Ended(acquired time.Time, cause Cause, err error) {
 		t.lost.Add(ctx, 1, a.lost[cause]...)
 	}
 	t.holdDuration.Record(ctx, held.Seconds(), a.hold[lost]...)
-	t.active.Add(ctx, -1, a.add...)
+	a.active.Add(-1)
 	if a.kind == Election {
-		t.leader.Add(ctx, -1, a.add...)
+		a.leading.Add(-1)
 		if cause == Released {
 			t.termChanges.Add(ctx, 1, a.change[resigned]...)
 			p.log(ctx, slog.LevelInfo, "dsync: resigned", slog.Duration("held", held))

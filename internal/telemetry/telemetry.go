@@ -20,6 +20,7 @@ import (
 	"context"
 	"log/slog"
 	"reflect"
+	"sync"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -82,12 +83,21 @@ type T struct {
 	holdDuration    metric.Float64Histogram
 	extensions      metric.Int64Counter
 	lost            metric.Int64Counter
-	active          metric.Int64UpDownCounter
-	leader          metric.Int64UpDownCounter
 	termChanges     metric.Int64Counter
 	failover        metric.Float64Histogram
 
-	prims [numKinds]*attrs // the attributes of each kind, without a key
+	// The attributes of each primitive, made once: by kind, and by kind
+	// and key with KeyAttributes. Each keeps its leases active and terms
+	// led in atomics, which the gauges' callback (reg) reads.
+	mu    sync.Mutex // protects byKey
+	prims [numKinds]*attrs
+	byKey map[kindKey]*attrs
+	reg   metric.Registration // nil if the provider refused it
+}
+
+type kindKey struct {
+	kind Kind
+	key  string
 }
 
 // New returns the telemetry of a backend whose driver is named backend
@@ -114,19 +124,59 @@ func New(backend string, s Settings) (*T, error) {
 	}
 	m := instruments{meter: mp.Meter(ScopeName)}
 	t.acquireDuration = m.seconds("dsync.acquire.duration", "Time an acquisition call (Acquire, TryAcquire, Campaign) took, by outcome: acquired, contended, timed_out, error.")
-	t.acquireWait = m.seconds("dsync.acquire.wait", "Time an acquisition call waited before its last attempt: in the process's waiting line, in earlier attempts and between them.")
-	t.acquireAttempts = m.count("dsync.acquire.attempts", "{attempt}", "Attempts an acquisition call made on the backend.")
+	t.acquireWait = m.seconds("dsync.acquire.wait", "Time a blocking acquisition (Acquire, Campaign) waited before its last attempt: in the process's waiting line, in earlier attempts and between them.")
+	t.acquireAttempts = m.count("dsync.acquire.attempts", "{attempt}", "Attempts a blocking acquisition (Acquire, Campaign) made on the backend.")
 	t.holdDuration = m.seconds("dsync.lease.hold.duration", "Time a lease was held, from its acquisition to its release or loss.")
 	t.extensions = m.counter("dsync.lease.extensions", "{extension}", "Extensions of a lease (auto-extension included), by outcome: extended, limit, not_held, error.")
 	t.lost = m.counter("dsync.lease.lost", "{lease}", "Leases lost, by cause: gone (an extension found the hold gone), expired (the validity ran out), extension_bound (it ran out after auto-extension stopped at its bound).")
-	t.active = m.upDown("dsync.lease.active", "{lease}", "Leases (locks, semaphore permits, leader terms) this process holds now.")
-	t.leader = m.upDown("dsync.election.leader", "{election}", "1 while this process leads the election (with several elections and no key attribute: how many it leads).")
 	t.termChanges = m.counter("dsync.election.term.changes", "{change}", "Changes of term seen by this process, by change: won, resigned, lost (its own terms), observed (a new leader seen by Observe).")
 	t.failover = m.seconds("dsync.election.failover.duration", "Time from the previous leader's last renewal, as a candidate saw it, to the candidate's own term.")
 	for k := range numKinds {
 		t.prims[k] = t.newAttrs(Kind(k), "")
 	}
+	t.byKey = map[kindKey]*attrs{}
+	// Leases held and terms led change twice a cycle: they are counted in
+	// atomics and reported at collection, not measured on the hot path.
+	active, err := m.meter.Int64ObservableUpDownCounter("dsync.lease.active", metric.WithUnit("{lease}"),
+		metric.WithDescription("Leases (locks, semaphore permits, leader terms) this process holds now."))
+	m.keep(err)
+	leader, err := m.meter.Int64ObservableUpDownCounter("dsync.election.leader", metric.WithUnit("{election}"),
+		metric.WithDescription("1 while this process leads the election (with several elections and no key attribute: how many it leads)."))
+	m.keep(err)
+	if active != nil && leader != nil {
+		t.reg, err = m.meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+			t.each(func(a *attrs) {
+				o.ObserveInt64(active, a.active.Load(), a.observe...)
+				if a.kind == Election {
+					o.ObserveInt64(leader, a.leading.Load(), a.observe...)
+				}
+			})
+			return nil
+		}, active, leader)
+		m.keep(err)
+	}
 	return t, m.err
+}
+
+// each calls f with the attributes of every primitive.
+func (t *T) each(f func(*attrs)) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.keys {
+		for _, a := range t.prims {
+			f(a)
+		}
+	}
+	for _, a := range t.byKey {
+		f(a)
+	}
+}
+
+// Close stops the gauges' callback: the backend is closed.
+func (t *T) Close() {
+	if t.reg != nil {
+		_ = t.reg.Unregister()
+	}
 }
 
 // otelMeterProvider is the global meter provider: the default until the
@@ -173,15 +223,6 @@ func (m *instruments) counter(name, unit, desc string) metric.Int64Counter {
 	m.keep(err)
 	if c == nil {
 		c, _ = nop.Int64Counter(name)
-	}
-	return c
-}
-
-func (m *instruments) upDown(name, unit, desc string) metric.Int64UpDownCounter {
-	c, err := m.meter.Int64UpDownCounter(name, metric.WithUnit(unit), metric.WithDescription(desc))
-	m.keep(err)
-	if c == nil {
-		c, _ = nop.Int64UpDownCounter(name)
 	}
 	return c
 }

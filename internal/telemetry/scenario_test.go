@@ -455,6 +455,9 @@ func TestNoSecretsInTelemetry(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-cut.Done()
+	rctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	_ = cut.Release(rctx) // awaits the extension that failed, and its warning
+	cancel()
 	_ = proxy.Heal()
 
 	logs, spans := rec.Logs(), rec.Text()

@@ -92,7 +92,7 @@ func (p Point) Get(key string) string {
 	if !ok {
 		return ""
 	}
-	return v.Emit()
+	return v.String()
 }
 
 // Points returns the data points of the metric named name whose attributes
@@ -102,7 +102,7 @@ func Points(ms []metricdata.Metrics, name string, match ...string) []Point {
 	keep := func(set attribute.Set) bool {
 		for i := 0; i+1 < len(match); i += 2 {
 			v, ok := set.Value(attribute.Key(match[i]))
-			if !ok || v.Emit() != match[i+1] {
+			if !ok || v.String() != match[i+1] {
 				return false
 			}
 		}
@@ -175,7 +175,7 @@ func (r *Recorder) Ended(name string) []sdktrace.ReadOnlySpan {
 func Attr(s sdktrace.ReadOnlySpan, key string) string {
 	for _, kv := range s.Attributes() {
 		if string(kv.Key) == key {
-			return kv.Value.Emit()
+			return kv.Value.String()
 		}
 	}
 	return ""
@@ -188,12 +188,12 @@ func (r *Recorder) Text() string {
 	for _, s := range r.Spans.Ended() {
 		b.WriteString(s.Name() + " " + s.Status().Description + "\n")
 		for _, kv := range s.Attributes() {
-			b.WriteString(string(kv.Key) + "=" + kv.Value.Emit() + "\n")
+			b.WriteString(string(kv.Key) + "=" + kv.Value.String() + "\n")
 		}
 		for _, e := range s.Events() {
 			b.WriteString(e.Name + "\n")
 			for _, kv := range e.Attributes {
-				b.WriteString(string(kv.Key) + "=" + kv.Value.Emit() + "\n")
+				b.WriteString(string(kv.Key) + "=" + kv.Value.String() + "\n")
 			}
 		}
 	}

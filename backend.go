@@ -1,10 +1,16 @@
 package dsync
 
 import (
+	"context"
+	"log/slog"
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/dsync-dev/dsync/backends"
+	"github.com/dsync-dev/dsync/internal/telemetry"
 )
 
 // Backend is an open connection to a coordination service, as returned by
@@ -12,9 +18,10 @@ import (
 // and leader packages take a *Backend. It is safe for concurrent use; Close
 // it when done.
 type Backend struct {
-	driver   backends.Driver
-	name     string
-	defaults Defaults
+	driver    backends.Driver
+	name      string
+	defaults  Defaults
+	telemetry Telemetry
 
 	closeOnce sync.Once
 	closeErr  error
@@ -34,13 +41,40 @@ type Defaults struct {
 	RetryMin, RetryMax time.Duration
 }
 
-// BackendOptions configure NewBackend. A nil *BackendOptions means defaults.
+// Telemetry chooses where a backend's metrics, spans and log lines go
+// (docs/observability.md lists them). The zero value uses the
+// OpenTelemetry global providers, which record nothing until the
+// application installs an SDK, and logs nothing.
+type Telemetry struct {
+	// MeterProvider makes the backend's instruments, under the scope
+	// "github.com/dsync-dev/dsync". Default: otel.GetMeterProvider().
+	MeterProvider metric.MeterProvider
+	// TracerProvider starts a span for every Acquire, TryAcquire, Extend,
+	// Release, Campaign and Resign. Default: otel.GetTracerProvider().
+	TracerProvider trace.TracerProvider
+	// Logger receives warnings (a lease lost, an extension that failed)
+	// and notices (a leader change, a Redlock node quarantined or back).
+	// Default nil: nothing is logged. No line carries a hold token or a
+	// password.
+	Logger *slog.Logger
+	// KeyAttributes adds each key's name (lock, semaphore, election) to
+	// the attributes of metrics and spans. Off by default: one series per
+	// key can be many. Log lines always name the key.
+	KeyAttributes bool
+}
+
+// BackendOptions configure NewBackend and OpenWith. A nil *BackendOptions
+// means defaults.
 type BackendOptions struct {
 	// Name describes the backend in messages; it must not contain secrets.
-	// Default: the driver's Capabilities().Name.
+	// Default: the driver's Capabilities().Name (OpenWith: the URL, its
+	// password and secret options redacted).
 	Name string
-	// Defaults for the primitives built on this backend.
+	// Defaults for the primitives built on this backend. OpenWith uses
+	// them where the URL sets nothing.
 	Defaults Defaults
+	// Telemetry chooses where metrics, spans and log lines go.
+	Telemetry Telemetry
 }
 
 // NewBackend wraps a driver built by hand (for instance a Redis driver over a
@@ -60,7 +94,15 @@ func NewBackend(d backends.Driver, opts *BackendOptions) (*Backend, error) {
 	if name == "" {
 		name = d.Capabilities().Name
 	}
-	return &Backend{driver: d, name: name, defaults: opts.Defaults}, nil
+	b := &Backend{driver: d, name: name, defaults: opts.Defaults, telemetry: opts.Telemetry}
+	tel, err := telemetry.New(d.Capabilities().Name, telemetry.Settings(opts.Telemetry))
+	if err != nil && opts.Telemetry.Logger != nil {
+		// An instrument the meter provider refused records nothing; the
+		// others work.
+		opts.Telemetry.Logger.Warn("dsync: telemetry: " + err.Error())
+	}
+	b.state = map[any]any{telemetry.StateKey{}: tel}
+	return b, nil
 }
 
 func (d Defaults) validate() error {
@@ -103,6 +145,34 @@ func (b *Backend) State(key any, create func() any) any {
 // Defaults returns the settings the backend's URL chose.
 func (b *Backend) Defaults() Defaults { return b.defaults }
 
+// Telemetry returns where the backend's telemetry goes.
+func (b *Backend) Telemetry() Telemetry { return b.telemetry }
+
+// Health is a backend's report on whether it can serve now (see
+// Backend.Health): OK, the reason when not, and each server's state.
+type Health = backends.Health
+
+// NodeHealth is one server's part of a Health report.
+type NodeHealth = backends.NodeHealth
+
+// DefaultHealthTimeout bounds Backend.Health when its ctx has no deadline.
+const DefaultHealthTimeout = 5 * time.Second
+
+// Health reports whether b can serve now, without taking a lock: one probe
+// of each server, in parallel (Redis: PING; Redlock: each node's PING and
+// restart quarantine; etcd: each endpoint's status; memory: always OK),
+// bounded by ctx, or by DefaultHealthTimeout when ctx has no deadline. A
+// server that does not answer is reported in the Health, not as an error;
+// the error is ErrClosed after Close, or ctx's if it was done already.
+func (b *Backend) Health(ctx context.Context) (Health, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, DefaultHealthTimeout)
+		defer cancel()
+	}
+	return b.driver.Health(ctx)
+}
+
 // String describes the backend; a URL's password and secret options are
 // redacted.
 func (b *Backend) String() string { return b.name }
@@ -110,6 +180,9 @@ func (b *Backend) String() string { return b.name }
 // Close closes the driver. Leases still held are left to expire on the
 // server; calls on them fail with ErrClosed. Close is idempotent.
 func (b *Backend) Close() error {
-	b.closeOnce.Do(func() { b.closeErr = b.driver.Close() })
+	b.closeOnce.Do(func() {
+		b.closeErr = b.driver.Close()
+		telemetry.Of(b).Close()
+	})
 	return b.closeErr
 }

@@ -14,8 +14,10 @@ import (
 
 // TestImportRules keeps the layering of DESIGN.md true: the SPI imports
 // nothing of the module, the portable packages never depend on a concrete
-// backend or client, the embedded etcd server stays out of the library, and
-// only retry imports the backoff library.
+// backend or client, the embedded etcd server stays out of the library,
+// only retry imports the backoff library, and the library depends on the
+// OpenTelemetry API only (no SDK, no exporter), recorded by
+// internal/telemetry alone.
 func TestImportRules(t *testing.T) {
 	const mod = "github.com/dsync-dev/dsync"
 	deps := func(pkg string) []string {
@@ -37,6 +39,14 @@ func TestImportRules(t *testing.T) {
 	isModule := func(d string) bool { return d == mod || strings.HasPrefix(d, mod+"/") }
 	isClient := func(d string) bool {
 		return strings.HasPrefix(d, "github.com/redis/go-redis") || strings.HasPrefix(d, "go.etcd.io/etcd")
+	}
+	isTelemetrySDK := func(d string) bool {
+		for _, p := range []string{"go.opentelemetry.io/otel/sdk", "go.opentelemetry.io/otel/exporters", "go.opentelemetry.io/contrib", "github.com/prometheus/"} {
+			if strings.HasPrefix(d, p) {
+				return true
+			}
+		}
+		return false
 	}
 	isBackend := func(d string) bool {
 		return strings.HasPrefix(d, mod+"/backends/") && d != mod+"/backends/backendtest" || strings.HasPrefix(d, mod+"/redlock")
@@ -68,7 +78,10 @@ func TestImportRules(t *testing.T) {
 		}
 		forbid(p, isTooling, "library packages never import test tooling")
 		forbid(p, func(d string) bool { return strings.HasPrefix(d, "go.etcd.io/etcd/server") }, "library packages never link a server")
+		forbid(p, isTelemetrySDK, "the library uses the OpenTelemetry API only; the application installs the SDK and exporters")
 	}
+	forbid(mod+"/internal/telemetry", func(d string) bool { return isModule(d) && d != mod+"/backends" },
+		"internal/telemetry sits below the root package, which keeps it on every Backend")
 
 	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}}: {{join .Imports \" \"}}", "./...").CombinedOutput()
 	if err != nil {
@@ -76,9 +89,17 @@ func TestImportRules(t *testing.T) {
 	}
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		pkg, imports, _ := strings.Cut(line, ": ")
+		library := !isTooling(pkg) && pkg != mod+"/backends/backendtest" &&
+			!strings.HasPrefix(pkg, mod+"/cmd/") && !strings.HasPrefix(pkg, mod+"/examples/")
 		for _, imp := range strings.Fields(imports) {
 			if strings.HasPrefix(imp, "github.com/cenkalti/backoff") && pkg != mod+"/retry" {
 				t.Errorf("%s imports %s: only retry may", pkg, imp)
+			}
+			// Telemetry is written once: other library packages name the
+			// API's provider types in their options, no more.
+			if library && strings.HasPrefix(imp, "go.opentelemetry.io/") && pkg != mod+"/internal/telemetry" &&
+				imp != "go.opentelemetry.io/otel/metric" && imp != "go.opentelemetry.io/otel/trace" {
+				t.Errorf("%s imports %s: only internal/telemetry records telemetry", pkg, imp)
 			}
 		}
 	}

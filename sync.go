@@ -33,6 +33,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/dsync-dev/dsync/internal/telemetry"
 )
 
 // Lease is a hold on a lock or on one slot of a semaphore, valid for a
@@ -180,6 +182,7 @@ func Do(ctx context.Context, l Locker, fn func(ctx context.Context) error) error
 // RunLeased runs fn while lease is held: it starts auto-extension, cancels
 // fn's context with the lease's error as cause when the lease is lost, and
 // releases the lease when fn returns, or panics (the panic then goes on).
+// A loss while fn ran is recorded as an event on the span in ctx.
 // Do, semaphore.Do and leader.Run are built on it; use it directly for a
 // lease obtained some other way. The result is the same as Do's. It calls
 // only the lease's AutoExtend, Done, Err and Release, and returns once the
@@ -207,8 +210,10 @@ func RunLeased(ctx context.Context, lease Lease, fn func(ctx context.Context) er
 		case !errors.Is(lost, ErrLeaseLost):
 			err = errors.Join(fnErr, relErr)
 		case fnErr != nil:
+			telemetry.LostWhileRunning(ctx, lost)
 			err = errors.Join(fnErr, lost)
 		default:
+			telemetry.LostWhileRunning(ctx, lost)
 			err = fmt.Errorf("%w (while the function ran)", lost)
 		}
 	}()

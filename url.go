@@ -31,9 +31,11 @@ type Scheme struct {
 	// Open rejects any other option before calling OpenDriver.
 	Options []OptionDoc
 	// OpenDriver opens the driver. It receives the parsed URL with every
-	// query value already checked against Options; it must probe the
-	// server with ctx so that an unreachable one fails here, not later.
-	OpenDriver func(ctx context.Context, u *url.URL) (backends.Driver, error)
+	// query value already checked against Options, and the telemetry
+	// settings of the backend being opened, for a driver that observes
+	// more than the layer above it sees (Redlock's nodes); it must probe
+	// the server with ctx so that an unreachable one fails here, not later.
+	OpenDriver func(ctx context.Context, u *url.URL, t Telemetry) (backends.Driver, error)
 }
 
 // OptionDoc documents one URL query option.
@@ -99,6 +101,17 @@ func Schemes() []Scheme {
 // ErrUnknownScheme, and an unreachable server fails here within ctx. No error
 // or message contains the URL's password or secret options.
 func Open(ctx context.Context, rawURL string) (*Backend, error) {
+	return OpenWith(ctx, rawURL, nil)
+}
+
+// OpenWith is Open with options: opts.Telemetry chooses where the
+// backend's metrics, spans and log lines go (see Telemetry), opts.Name
+// replaces the redacted URL as the backend's name, and opts.Defaults apply
+// where the URL sets nothing. A nil opts is Open.
+func OpenWith(ctx context.Context, rawURL string, opts *BackendOptions) (*Backend, error) {
+	if opts == nil {
+		opts = &BackendOptions{}
+	}
 	if !strings.Contains(rawURL, "://") {
 		return nil, noScheme(rawURL)
 	}
@@ -123,11 +136,24 @@ func Open(ctx context.Context, rawURL string) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	d, err := s.OpenDriver(ctx, u)
+	if defaults.TTL == 0 {
+		defaults.TTL = opts.Defaults.TTL
+	}
+	if defaults.RetryMin == 0 {
+		defaults.RetryMin = opts.Defaults.RetryMin
+	}
+	if defaults.RetryMax == 0 {
+		defaults.RetryMax = opts.Defaults.RetryMax
+	}
+	backendName := opts.Name
+	if backendName == "" {
+		backendName = redacted
+	}
+	d, err := s.OpenDriver(ctx, u, opts.Telemetry)
 	if err != nil {
 		return nil, &openError{url: redacted, err: err, secrets: secretsOf(u)}
 	}
-	b, err := NewBackend(d, &BackendOptions{Name: redacted, Defaults: defaults})
+	b, err := NewBackend(d, &BackendOptions{Name: backendName, Defaults: defaults, Telemetry: opts.Telemetry})
 	if err != nil {
 		_ = d.Close()
 		return nil, err

@@ -25,7 +25,7 @@ func init() {
 		Name:    "urltest",
 		Summary: "test scheme",
 		Options: []dsync.OptionDoc{{Name: "flavour", Default: "plain", Doc: "test option"}, {Name: "addr", Repeatable: true}, {Name: "apikey", Secret: true}},
-		OpenDriver: func(ctx context.Context, u *url.URL) (backends.Driver, error) {
+		OpenDriver: func(ctx context.Context, u *url.URL, _ dsync.Telemetry) (backends.Driver, error) {
 			lastURL = u
 			switch u.Hostname() {
 			case "fail":
@@ -144,7 +144,7 @@ func TestRedactURL(t *testing.T) {
 }
 
 func TestRegisterPanics(t *testing.T) {
-	open := func(context.Context, *url.URL) (backends.Driver, error) { return nil, nil }
+	open := func(context.Context, *url.URL, dsync.Telemetry) (backends.Driver, error) { return nil, nil }
 	for name, s := range map[string]dsync.Scheme{
 		"duplicate":  {Name: "urltest", OpenDriver: open},
 		"empty name": {Name: "", OpenDriver: open},

@@ -80,6 +80,15 @@ type Driver interface {
 	// the life of the driver and makes no I/O.
 	Capabilities() Capabilities
 
+	// Health reports whether the driver can serve acquisitions now, without
+	// taking or touching any hold: one probe per server it talks to (a
+	// PING, an etcd endpoint's status), in parallel, bounded by ctx. A
+	// server that does not answer is reported in the Health (OK false),
+	// not as an error; the error is ErrClosed after Close, or ctx's error
+	// when ctx was done before any probe was sent. A driver with nothing
+	// to probe (memory) reports OK. Wrapping drivers forward it.
+	Health(ctx context.Context) (Health, error)
+
 	// Close releases the driver's resources (connections, background
 	// goroutines). Holds are left to expire on the server. Calls made after
 	// Close return ErrClosed. Close is idempotent.
@@ -167,4 +176,36 @@ type Subscription interface {
 	C() <-chan struct{}
 	// Close ends the subscription. It is idempotent.
 	Close()
+}
+
+// Health is a driver's report on whether it can serve now.
+type Health struct {
+	// OK reports whether an acquisition could succeed now as far as the
+	// servers go: the server answers (Redis), a member answers and knows
+	// a leader (etcd), a quorum of nodes answer and vote (Redlock).
+	OK bool
+	// Reason says why not, in a few words, when OK is false.
+	Reason string
+	// Nodes has one entry per server or member the driver talks to, in
+	// the driver's order.
+	Nodes []NodeHealth
+}
+
+// NodeHealth is one server's part of a Health report.
+type NodeHealth struct {
+	// Addr is the server's host:port (never credentials), or a name for a
+	// driver without servers ("memory").
+	Addr string
+	// Reachable reports whether the server answered the probe.
+	Reachable bool
+	// Latency is the probe's round trip, when Reachable.
+	Latency time.Duration
+	// QuarantinedUntil is, for a Redlock node restarted less than MaxTTL
+	// ago, the local time at which its vote counts again; zero otherwise.
+	QuarantinedUntil time.Time
+	// Detail is what else the probe learned ("leader", "follower"), or
+	// empty.
+	Detail string
+	// Err is why the server did not answer, when not Reachable.
+	Err error
 }

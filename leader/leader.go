@@ -156,6 +156,7 @@ func newConfig(b *dsync.Backend, name string, value []byte, opts *Options) (*lea
 		}
 		return nil, o, err
 	}
+	cfg.SetKind(lease.Election)
 	if o.RetryPeriod == 0 {
 		o.RetryPeriod = max(min(cfg.TTL/4, DefaultMaxRetryPeriod), time.Millisecond)
 	}
@@ -224,12 +225,32 @@ func (e *Election) campaign(ctx context.Context) (*Leadership, error) {
 	}
 	l := &Leadership{lease: ls, c: c}
 	c.lead(l)
+	if !dup.renewed.IsZero() {
+		e.cfg.Telemetry().Failover(ctx, time.Since(dup.renewed))
+	}
 	return l, nil
 }
 
-// dupWatch tracks how long the election's leader has had our candidate ID.
+// dupWatch tracks how long the election's leader has had our candidate ID,
+// and when another leader was last seen renewing its term.
 type dupWatch struct {
 	deadline time.Time // zero while the leader has another ID
+	// renewed is the latest renewal of another leader's term, estimated
+	// from the TTL left on it: the start of a failover, once it ends in
+	// this candidate's term.
+	renewed time.Time
+}
+
+// sawLeader estimates when the leader last renewed its term from the TTL
+// it has left.
+func (w *dupWatch) sawLeader(e *Election, info backends.HolderInfo) {
+	if info.TTL <= 0 {
+		return
+	}
+	at := time.Now().Add(-max(e.cfg.TTL-info.TTL, 0))
+	if at.After(w.renewed) {
+		w.renewed = at
+	}
 }
 
 // checkDuplicate reads the leader after a lost attempt. A leader with our
@@ -239,6 +260,9 @@ func (e *Election) checkDuplicate(ctx context.Context, w *dupWatch) error {
 	info, err := e.cfg.Driver.Holder(ctx, e.name)
 	if err != nil || string(info.Value) != e.id {
 		w.deadline = time.Time{}
+		if err == nil {
+			w.sawLeader(e, info)
+		}
 		return nil
 	}
 	now := time.Now()
@@ -314,6 +338,9 @@ func (o *Observer) observe(ctx context.Context, ch chan<- dsync.LeaderInfo) {
 		switch {
 		case err == nil || errors.Is(err, dsync.ErrNoLeader):
 			if !sent || id != last {
+				if sent {
+					o.cfg.Telemetry().Observed(ctx, id)
+				}
 				select {
 				case ch <- dsync.LeaderInfo{ID: id}:
 				case <-ctx.Done():

@@ -11,8 +11,10 @@ import (
 
 	"github.com/hashicorp/go-multierror"
 	goredis "github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/dsync-dev/dsync/backends"
+	"github.com/dsync-dev/dsync/internal/telemetry"
 )
 
 // Defaults of Options.
@@ -49,9 +51,16 @@ type Options struct {
 	// for tests that show why quarantine is on by default.
 	NoQuarantine bool
 	// Logger receives configuration warnings (an even number of nodes, a
-	// node found to be another address of a listed master). Default nil:
-	// nothing is logged.
+	// node found to be another address of a listed master) and notices of
+	// nodes quarantined and back. Default nil: nothing is logged.
+	// dsync.OpenWith sets it from the backend's Telemetry.Logger.
 	Logger *slog.Logger
+	// MeterProvider makes the per-node instruments (request latency and
+	// outcome, restart quarantine; see docs/observability.md). Default:
+	// otel.GetMeterProvider(). dsync.OpenWith sets it from the backend's
+	// Telemetry.MeterProvider. Spans need no provider: a node request is
+	// a child of the span of the call it is part of.
+	MeterProvider metric.MeterProvider
 }
 
 // NodeError is one node's part of a failed fan-out. It unwraps to the
@@ -102,6 +111,8 @@ type Driver struct {
 	inFlight map[holdRef]*hold // attempts with node requests in flight
 
 	won wonHolds // the holds won, by (key, token): where each one is
+
+	tel *telemetry.Nodes
 }
 
 var _ backends.Driver = (*Driver)(nil)
@@ -139,22 +150,28 @@ func New(ctx context.Context, nodes []*goredis.Options, opts *Options) (*Driver,
 	}
 	d.won.init()
 	d.ctx, d.cancel = context.WithCancel(context.Background())
+	addrs := make([]string, len(nodes))
+	for i, no := range nodes {
+		addrs[i] = no.Addr
+	}
+	d.tel = telemetry.NewNodes(telemetry.Settings{MeterProvider: o.MeterProvider, Logger: o.Logger}, addrs)
 	ids := newIdentities(o.Logger)
 	for i, no := range nodes {
-		n, err := newNode(i, no, &o, ids)
+		n, err := newNode(i, no, &o, ids, d.tel)
 		if err != nil {
 			_ = d.Close()
 			return nil, err
 		}
 		d.nodes = append(d.nodes, n)
 	}
+	d.tel.ObserveQuarantine(func(i int) time.Time { return d.nodes[i].quarantinedUntil() })
 	if err := d.probe(ctx); err != nil {
 		_ = d.Close()
 		return nil, err
 	}
-	if len(nodes)%2 == 0 && o.Logger != nil {
-		o.Logger.Warn("dsync: redlock: an even number of nodes tolerates no more failures than one node fewer",
-			"nodes", len(nodes), "quorum", d.quorum)
+	if len(nodes)%2 == 0 {
+		d.tel.Log(slog.LevelWarn, "dsync: redlock: an even number of nodes tolerates no more failures than one node fewer",
+			slog.Int("nodes", len(nodes)), slog.Int("quorum", d.quorum))
 	}
 	return d, nil
 }
@@ -373,6 +390,7 @@ func (d *Driver) Close() error {
 				merr = appendErr(merr, e)
 			}
 		}
+		d.tel.Close()
 		err = merr.ErrorOrNil()
 	})
 	return err

@@ -8,6 +8,7 @@ import (
 	"github.com/hashicorp/go-multierror"
 
 	"github.com/dsync-dev/dsync/backends"
+	"github.com/dsync-dev/dsync/internal/telemetry"
 )
 
 // A selector says whether a fan-out sends its request to a node: nil, or
@@ -26,9 +27,10 @@ func voting(n *node, now time.Time) error { return n.excluded(now) }
 // Close) but not by ctx, and returns how many succeeded and the others'
 // errors once all have returned or ctx has ended; then the nodes that have
 // not answered count as failed with ctx's error, and their op goes on in
-// the background within nt.
-func (d *Driver) fanOut(ctx context.Context, nt time.Duration, sel selector, op func(context.Context, *node) error) (int, *multierror.Error) {
-	_, ok, errs := fanOutValues(d, ctx, nt, sel, func(ctx context.Context, n *node) (struct{}, error) {
+// the background within nt. Each node's op is recorded as what (its
+// latency, outcome, and a child of the span in ctx).
+func (d *Driver) fanOut(ctx context.Context, nt time.Duration, sel selector, what telemetry.NodeOp, op func(context.Context, *node) error) (int, *multierror.Error) {
+	_, ok, errs := fanOutValues(d, ctx, nt, sel, what, func(ctx context.Context, n *node) (struct{}, error) {
 		return struct{}{}, op(ctx, n)
 	})
 	return ok, errs
@@ -45,7 +47,7 @@ type nodeResult[T any] struct {
 // each node's value, by index (the zero value for a node that failed or
 // did not answer in time). An op must not touch the caller's variables,
 // since it may still run after fanOutValues has returned.
-func fanOutValues[T any](d *Driver, ctx context.Context, nt time.Duration, sel selector, op func(context.Context, *node) (T, error)) ([]T, int, *multierror.Error) {
+func fanOutValues[T any](d *Driver, ctx context.Context, nt time.Duration, sel selector, what telemetry.NodeOp, op func(context.Context, *node) (T, error)) ([]T, int, *multierror.Error) {
 	results := make(chan nodeResult[T], len(d.nodes))
 	values := make([]T, len(d.nodes))
 	errs := make([]error, len(d.nodes))
@@ -59,7 +61,9 @@ func fanOutValues[T any](d *Driver, ctx context.Context, nt time.Duration, sel s
 			continue
 		}
 		started := d.spawn(func() {
-			v, err := op(nctx.ctx, n)
+			sctx, call := d.tel.Start(ctx, nctx.ctx, n.index, what)
+			v, err := op(sctx, n)
+			call.End(sctx, err)
 			nctx.done()
 			if err == nil {
 				// A request that ran on a new connection (the node's

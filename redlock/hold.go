@@ -11,6 +11,7 @@ import (
 
 	"github.com/dsync-dev/dsync/backends"
 	"github.com/dsync-dev/dsync/internal/redisnode"
+	"github.com/dsync-dev/dsync/internal/telemetry"
 )
 
 // heldTarget checks a Release or Refresh of (key, token), before any I/O,
@@ -42,7 +43,7 @@ func (d *Driver) Release(ctx context.Context, key, token string) error {
 	h := d.inFlight[holdRef{t, token}]
 	d.mu.Unlock()
 	nt, _ := d.timeoutFor(d.maxTTL)
-	return d.quorumResult("release", d.fanOutCounted(ctx, nt, everyServer, func(ctx context.Context, n *node) error {
+	return d.quorumResult("release", d.fanOutCounted(ctx, nt, everyServer, telemetry.NodeRelease, func(ctx context.Context, n *node) error {
 		if h != nil {
 			if !d.awaitLanding(ctx, h, n.index) {
 				return fmt.Errorf("the acquisition's request was still in flight: %w", cmp.Or(ctx.Err(), context.DeadlineExceeded))
@@ -104,7 +105,7 @@ func (d *Driver) Refresh(ctx context.Context, key, token string, ttl time.Durati
 	if err != nil {
 		return err
 	}
-	err = d.quorumResult("refresh", d.fanOutCounted(ctx, nt, voting, func(ctx context.Context, n *node) error {
+	err = d.quorumResult("refresh", d.fanOutCounted(ctx, nt, voting, telemetry.NodeRefresh, func(ctx context.Context, n *node) error {
 		return n.node.Refresh(ctx, t, token, ttl)
 	}))
 	if err == nil {
@@ -118,8 +119,8 @@ type counted struct {
 	errs        *multierror.Error
 }
 
-func (d *Driver) fanOutCounted(ctx context.Context, nt time.Duration, sel selector, op func(context.Context, *node) error) counted {
-	ok, errs := d.fanOut(ctx, nt, sel, op)
+func (d *Driver) fanOutCounted(ctx context.Context, nt time.Duration, sel selector, what telemetry.NodeOp, op func(context.Context, *node) error) counted {
+	ok, errs := d.fanOut(ctx, nt, sel, what, op)
 	c := counted{ok: ok, errs: errs}
 	for _, e := range errs.WrappedErrors() {
 		if errors.Is(e, backends.ErrNotHeld) {
@@ -155,7 +156,7 @@ func (d *Driver) Holder(ctx context.Context, key string) (backends.HolderInfo, e
 		return backends.HolderInfo{}, backends.Invalid("key", "empty")
 	}
 	nt, _ := d.timeoutFor(d.maxTTL)
-	holds, _, errs := fanOutValues(d, ctx, nt, voting, func(ctx context.Context, n *node) ([]redisnode.Held, error) {
+	holds, _, errs := fanOutValues(d, ctx, nt, voting, telemetry.NodeHolder, func(ctx context.Context, n *node) ([]redisnode.Held, error) {
 		return n.node.Holds(ctx, key)
 	})
 	type agg struct {

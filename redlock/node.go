@@ -12,6 +12,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/dsync-dev/dsync/internal/redisnode"
+	"github.com/dsync-dev/dsync/internal/telemetry"
 )
 
 // ErrQuarantined: the node's server process is younger than MaxTTL (it was
@@ -29,14 +30,21 @@ type node struct {
 	quarantine bool
 	ids        *identities // the driver's
 
+	tel *telemetry.Nodes
+
 	mu    sync.Mutex // protects the fields below
 	runID string     // of the server process last connected to
 	until time.Time  // quarantined before this local time
 	alias error      // matches ErrAlias while that process is another node's
+	// back fires at until, to report the end of a quarantine reported
+	// begun (told); closed stops it for good.
+	back   *time.Timer
+	told   bool
+	closed bool
 }
 
-func newNode(index int, opts *goredis.Options, o *Options, ids *identities) (*node, error) {
-	n := &node{index: index, addr: opts.Addr, maxTTL: o.MaxTTL, quarantine: !o.NoQuarantine, ids: ids}
+func newNode(index int, opts *goredis.Options, o *Options, ids *identities, tel *telemetry.Nodes) (*node, error) {
+	n := &node{index: index, addr: opts.Addr, maxTTL: o.MaxTTL, quarantine: !o.NoQuarantine, ids: ids, tel: tel}
 	co := redisnode.Own(opts)
 	co.MaxRetries = -1 // one attempt per call: dsync knows what is safe to repeat
 	userHook := opts.OnConnect
@@ -75,6 +83,7 @@ func (n *node) onConnect(ctx context.Context, cn *goredis.Conn) error {
 	now := time.Now()
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	restarted := n.runID != "" && n.runID != runID
 	n.runID, n.alias = runID, alias
 	// uptime_in_seconds is the difference of two instants each truncated
 	// to the second, so it may exceed the true uptime by up to a second: a
@@ -84,10 +93,55 @@ func (n *node) onConnect(ctx context.Context, cn *goredis.Conn) error {
 	started := now.Add(-uptime).Add(time.Second)
 	if n.quarantine {
 		if end := started.Add(n.maxTTL); end.After(n.until) {
+			begun := !n.until.After(now) || restarted
 			n.until = end
+			if end.After(now) {
+				n.watchQuarantine(now, begun, restarted)
+			}
 		}
 	}
 	return nil
+}
+
+// watchQuarantine reports a quarantine begun, and arms the timer that
+// reports its end. n.mu must be held.
+func (n *node) watchQuarantine(now time.Time, begun, restarted bool) {
+	if n.closed {
+		return
+	}
+	if begun {
+		n.told = true
+		n.tel.Quarantined(n.index, n.until, restarted)
+	}
+	if n.back == nil {
+		n.back = time.AfterFunc(n.until.Sub(now), n.onBack)
+	} else {
+		n.back.Reset(n.until.Sub(now))
+	}
+}
+
+// onBack reports the end of the quarantine, unless it was made longer
+// meanwhile.
+func (n *node) onBack() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed || !n.told {
+		return
+	}
+	if left := time.Until(n.until); left > 0 {
+		n.back.Reset(left)
+		return
+	}
+	n.told = false
+	n.tel.Back(n.index)
+}
+
+// quarantinedUntil is the end of the node's quarantine: zero or past
+// while it votes.
+func (n *node) quarantinedUntil() time.Time {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.until
 }
 
 func parseServerInfo(info string) (runID string, uptime time.Duration, err error) {
@@ -150,6 +204,12 @@ func (n *node) currentRunID() string {
 }
 
 func (n *node) close() error {
+	n.mu.Lock()
+	n.closed = true
+	if n.back != nil {
+		n.back.Stop()
+	}
+	n.mu.Unlock()
 	n.notices.Close()
 	return n.client.Close()
 }

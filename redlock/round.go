@@ -11,6 +11,7 @@ import (
 
 	"github.com/dsync-dev/dsync/backends"
 	"github.com/dsync-dev/dsync/internal/redisnode"
+	"github.com/dsync-dev/dsync/internal/telemetry"
 )
 
 // onGrant, when set (by tests), is told the voters of every hold won.
@@ -193,8 +194,9 @@ func (d *Driver) round(ctx context.Context, ref holdRef, req backends.Request, n
 		r.h.inFlight |= 1 << n.index
 		d.mu.Unlock()
 		started := d.spawn(func() {
-			fence, err := n.node.Acquire(nctx.ctx, ref.t, h)
-			nctx.done()
+			nctx, call := d.tel.Start(ctx, nctx.ctx, n.index, telemetry.NodeAcquire)
+			fence, err := n.node.Acquire(nctx, ref.t, h)
+			call.End(nctx, err)
 			v := vote{node: n, fence: fence, err: err, applied: err == nil, mayHold: err == nil || !refusedOutright(err)}
 			if err == nil {
 				// A request that found its connection broken by a restart,
@@ -321,7 +323,7 @@ func (d *Driver) withdrawRound(r *round, nt time.Duration, all bool) {
 			return nil
 		}
 	}
-	d.fanOut(d.ctx, nt, sel, func(ctx context.Context, n *node) error {
+	d.fanOut(d.ctx, nt, sel, telemetry.NodeWithdraw, func(ctx context.Context, n *node) error {
 		return n.node.Release(ctx, r.ref.t, r.ref.token, false)
 	})
 }
@@ -333,7 +335,8 @@ var errNothingHeld = errors.New("nothing to withdraw")
 func (d *Driver) withdraw(ref holdRef, n *node, timeout time.Duration) {
 	ctx, cancel := d.nodeCtx(timeout)
 	defer cancel()
-	_ = n.node.Release(ctx, ref.t, ref.token, false)
+	ctx, call := d.tel.Start(context.Background(), ctx, n.index, telemetry.NodeWithdraw)
+	call.End(ctx, n.node.Release(ctx, ref.t, ref.token, false))
 }
 
 // fence returns the fencing counter of a won round: the largest among its
@@ -354,7 +357,7 @@ func (d *Driver) fence(ctx context.Context, r *round, key string, nt time.Durati
 	if drew >= d.quorum {
 		return fence, nil
 	}
-	acks, errs := d.fanOut(ctx, nt, voting, func(ctx context.Context, n *node) error {
+	acks, errs := d.fanOut(ctx, nt, voting, telemetry.NodeFence, func(ctx context.Context, n *node) error {
 		return n.node.RaiseFence(ctx, key, fence)
 	})
 	if acks < d.quorum {

@@ -35,7 +35,7 @@ func init() {
 // openURL opens redlock://[user:password@]h1:p1,h2:p2[/db][?options]. The
 // host list and the addr= options are checked by dsync.HostList and
 // HostPort (every node needs its port), before any dial.
-func openURL(ctx context.Context, u *url.URL) (backends.Driver, error) {
+func openURL(ctx context.Context, u *url.URL, t dsync.Telemetry) (backends.Driver, error) {
 	q := u.Query()
 	var hosts []string
 	if u.Host != "" {
@@ -58,7 +58,7 @@ func openURL(ctx context.Context, u *url.URL) (backends.Driver, error) {
 	if len(hosts) == 0 {
 		return nil, backends.Invalid("url", "redlock needs at least one node: redlock://h1:6379,h2:6379,h3:6379")
 	}
-	var o Options
+	o := Options{Logger: t.Logger, MeterProvider: t.MeterProvider}
 	o.Prefix = q.Get("prefix")
 	var err error
 	if q.Has("node_timeout") {

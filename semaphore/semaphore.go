@@ -54,6 +54,7 @@ func New(b *dsync.Backend, name string, size int, opts *Options) (*Semaphore, er
 	if err != nil {
 		return nil, err
 	}
+	cfg.SetKind(lease.Semaphore)
 	return &Semaphore{cfg: cfg}, nil
 }
 

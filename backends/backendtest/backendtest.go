@@ -12,7 +12,7 @@
 // close, a server that does not answer), exclusivity, no re-entrancy,
 // ownership of refresh and release, expiry, extension, fencing,
 // cancellation, key isolation, a contention hammer, release wake-ups,
-// semaphores and elections.
+// semaphores, elections and the health report.
 package backendtest
 
 import (
@@ -64,6 +64,7 @@ func Run(t *testing.T, h Harness) {
 		{"FairAmongLocalWaiters", s.testFairness},
 		{"ReleaseWakesWaiter", s.testWake},
 		{"DoCancelsOnLoss", s.testDoCancelsOnLoss},
+		{"Health", s.testHealth},
 	})
 	t.Run("Semaphore", s.runSemaphores)
 	t.Run("Election", s.runElections)

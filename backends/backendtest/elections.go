@@ -333,6 +333,9 @@ func (s *suite) testElectCutOff(t *testing.T) {
 	time.Sleep(ttl) // some renewals first: the cadence under test
 	cut := time.Now()
 	cd.link.Store(linkCut)
+	if h, err := ba.Health(ctx); err != nil || h.OK {
+		t.Errorf("Health of a backend cut off from its server = %+v, %v; want not OK", h, err)
+	}
 	var lostAt time.Time
 	select {
 	case <-la.Done():

@@ -106,3 +106,11 @@ func (d *spyDriver) WatchReleases(ctx context.Context, key string) (backends.Sub
 	}
 	return d.Driver.WatchReleases(ctx, key)
 }
+
+// Health reports the server unreachable while the link is cut or silent.
+func (d *spyDriver) Health(ctx context.Context) (backends.Health, error) {
+	if err := d.call(ctx); err != nil {
+		return backends.Health{Reason: err.Error(), Nodes: []backends.NodeHealth{{Addr: "spy", Err: err}}}, nil
+	}
+	return d.Driver.Health(ctx)
+}

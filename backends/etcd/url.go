@@ -77,7 +77,7 @@ func urlOptions(secure bool) []dsync.OptionDoc {
 // and probes the cluster within ctx with a lease grant, which needs a
 // quorum and tells the cluster's minimum lease TTL. dsync.Open has already
 // rejected options not in urlOptions.
-func openURL(ctx context.Context, u *url.URL) (backends.Driver, error) {
+func openURL(ctx context.Context, u *url.URL, _ dsync.Telemetry) (backends.Driver, error) {
 	if u.Host == "" {
 		return nil, backends.Invalid("url", "no host (want %s://host1:2379,host2:2379/prefix)", u.Scheme)
 	}

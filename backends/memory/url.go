@@ -18,7 +18,7 @@ func init() {
 }
 
 // openURL opens a driver on the named store memory://name.
-func openURL(ctx context.Context, u *url.URL) (backends.Driver, error) {
+func openURL(ctx context.Context, u *url.URL, _ dsync.Telemetry) (backends.Driver, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}

@@ -70,7 +70,7 @@ func urlOptions(tls bool) []dsync.OptionDoc {
 // checked first (dsync.HostPort: the port defaults to 6379; an IPv6
 // address needs brackets), before any dial. dsync.Open has already
 // rejected options not in urlOptions.
-func openURL(ctx context.Context, u *url.URL) (backends.Driver, error) {
+func openURL(ctx context.Context, u *url.URL, _ dsync.Telemetry) (backends.Driver, error) {
 	if u.Host == "" {
 		return nil, backends.Invalid("url", "no host: want %s://host:6379 (an empty host does not mean localhost)", u.Scheme)
 	}

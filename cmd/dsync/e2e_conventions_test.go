@@ -54,6 +54,9 @@ func (e *e2e) testNoSecrets(t *testing.T) {
 		{[]string{"holder", "x", "--size", "0"}, "--size"},
 		{[]string{"holder", ""}, "NAME is empty"},
 		{[]string{"url-help", "x"}, "no arguments"},
+		{[]string{"health", "x"}, "unexpected argument"},
+		{[]string{"health", "--timeout", "0s"}, "--timeout"},
+		{[]string{"health", "--", "true"}, "runs no command"},
 	} {
 		r := runWith(t, e.bin, env, c.args...)
 		first, rest, _ := strings.Cut(r.stderr, "\n")
@@ -68,6 +71,12 @@ func (e *e2e) testNoSecrets(t *testing.T) {
 		if r.code != exitUsage || strings.Count(r.stderr, "\n") != 1 || strings.Contains(r.stdout+r.stderr, "hunter2") {
 			t.Errorf("dsync %v on an unreachable secret URL: exit %d, stderr %q; want 2 and one line without the secret", args, r.code, r.stderr)
 		}
+	}
+	// dsync health on an unreachable server with a password: the backend
+	// cannot serve (status 1), and the report does not show the password.
+	r0 := runWith(t, e.bin, []string{"DSYNC_URL=redis://:hunter2@127.0.0.1:1/0"}, "health", "--timeout", "2s")
+	if r0.code != exitFail || !strings.Contains(r0.stdout, "cannot serve") || strings.Contains(r0.stdout+r0.stderr, "hunter2") {
+		t.Errorf("dsync health on an unreachable secret URL: exit %d, stdout %q, stderr %q; want 1, cannot serve, no secret", r0.code, r0.stdout, r0.stderr)
 	}
 	// An environment value that does not parse is named, not shown.
 	r := runWith(t, e.bin, []string{"DSYNC_URL=" + e.url, "DSYNC_TTL=hunter2"}, "lock", "x", "--", "true")

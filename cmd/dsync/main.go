@@ -1,7 +1,7 @@
 // Command dsync is the operator's tool: it runs a command while holding a
 // distributed lock, a semaphore permit or the leadership of an election,
-// holds a lock for a shell script, and shows who holds a lock or leads an
-// election. It links client code only; the demo and the embedded-server soak
+// holds a lock for a shell script, shows who holds a lock or leads an
+// election, and reports whether a backend can serve. It links client code only; the demo and the embedded-server soak
 // are cmd/dsync-demo.
 //
 //	dsync lock NAME [flags] [-- CMD [ARGS...]]
@@ -9,6 +9,7 @@
 //	dsync elect NAME [--id ID] [flags] -- CMD [ARGS...]
 //	dsync leader NAME [--watch] [--json] [flags]
 //	dsync holder NAME [--size N] [--json] [flags]
+//	dsync health [--json] [--timeout D] [flags]
 //	dsync url-help
 //	dsync --version
 //
@@ -37,7 +38,7 @@ import (
 // own status, or 128+signal when a signal ended it, as shells report.
 const (
 	exitOK          = 0
-	exitFail        = 1 // holder: the lock is free; leader: reading failed
+	exitFail        = 1 // holder: the lock is free; leader: reading failed; health: cannot serve
 	exitUsage       = 2 // bad flags, URL or unreachable backend
 	exitNotAcquired = 3 // --try and the lock is held (every permit taken)
 	exitTimedOut    = 4 // --timeout passed before the hold was acquired
@@ -77,6 +78,7 @@ func commands() []command {
 		{"elect", "run a command only while leading an election, and campaign again after it", runElect},
 		{"leader", "print the current leader of an election, or follow it with --watch", runLeader},
 		{"holder", "print who holds a lock (or a semaphore's permits) and the TTL left", runHolder},
+		{"health", "report whether the backend can serve now, server by server (for readiness probes)", runHealth},
 		{"url-help", "list the backend URL schemes and their options", runURLHelp},
 		{"version", "print the module version and VCS revision (also --version)", runVersion},
 	}

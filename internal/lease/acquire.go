@@ -9,6 +9,7 @@ import (
 
 	"github.com/dsync-dev/dsync"
 	"github.com/dsync-dev/dsync/backends"
+	"github.com/dsync-dev/dsync/internal/telemetry"
 	"github.com/dsync-dev/dsync/retry"
 )
 
@@ -47,8 +48,12 @@ func (c *Config) Attempt(ctx context.Context) (*Lease, error) {
 // that says what was taken. Any failure but a final one (dsync.ErrInvalid,
 // ErrClosed, ErrUnsupported) matches dsync.ErrNotAcquired, and ctx's error
 // when ctx ended, whatever the driver returned.
-func (c *Config) TryAcquire(ctx context.Context) (*Lease, error) {
-	l, err := c.Attempt(ctx)
+func (c *Config) TryAcquire(ctx context.Context) (l *Lease, err error) {
+	ctx, call := c.tel.Start(ctx, telemetry.TryAcquire)
+	defer func() { call.Acquired(ctx, l.fenceOrZero(), err) }()
+	call.Attempting()
+	l, err = c.Attempt(ctx)
+	call.Attempted(err)
 	switch {
 	case err == nil:
 		return c.started(l, nil)
@@ -85,7 +90,9 @@ func (c *Config) TryAcquire(ctx context.Context) (*Lease, error) {
 // is not missed. The subscription belongs to the process's waiting line,
 // and the next waiter to reach its head uses it as it is. An uncontended
 // Acquire costs one attempt, no subscription and no backoff.
-func (c *Config) Acquire(ctx context.Context, between func(context.Context) error) (*Lease, error) {
+func (c *Config) Acquire(ctx context.Context, between func(context.Context) error) (l *Lease, err error) {
+	ctx, call := c.tel.Start(ctx, telemetry.Acquire)
+	defer func() { call.Acquired(ctx, l.fenceOrZero(), err) }()
 	if err := ctx.Err(); err != nil {
 		return nil, c.notStarted(err)
 	}
@@ -99,7 +106,9 @@ func (c *Config) Acquire(ctx context.Context, between func(context.Context) erro
 	var prev error      // the last attempt that ran its course
 	var b retry.Backoff // started at the first wait
 	for {
+		call.Attempting()
 		l, err := c.Attempt(ctx)
+		call.Attempted(err)
 		if err == nil {
 			return c.started(l, nil)
 		}

@@ -31,6 +31,7 @@ import (
 
 	"github.com/dsync-dev/dsync"
 	"github.com/dsync-dev/dsync/backends"
+	"github.com/dsync-dev/dsync/internal/telemetry"
 )
 
 // NewToken returns a random token, unique across clients and attempts
@@ -136,12 +137,13 @@ func (l *Lease) Err() error {
 	return l.err
 }
 
-// end closes the lease with err. l.mu must be held.
-func (l *Lease) end(err error) {
+// end closes the lease with err, for cause. l.mu must be held.
+func (l *Lease) end(err error, cause telemetry.Cause) {
 	if l.err != nil {
 		return
 	}
 	l.err = err
+	l.cfg.tel.Ended(l.acquired, cause, err)
 	if l.timer != nil {
 		l.timer.Stop()
 	}
@@ -175,11 +177,11 @@ func (l *Lease) lapse() {
 	if l.err != nil || time.Now().Before(l.expires) {
 		return
 	}
-	reason := "its validity ran out"
+	reason, cause := "its validity ran out", telemetry.Expired
 	if l.stopReason != "" {
-		reason += " after " + l.stopReason
+		reason, cause = reason+" after "+l.stopReason, telemetry.ExtensionBound
 	}
-	l.end(fmt.Errorf("%w: %q: %s", dsync.ErrLeaseLost, l.key, reason))
+	l.end(fmt.Errorf("%w: %q: %s", dsync.ErrLeaseLost, l.key, reason), cause)
 }
 
 // checkBound reports ErrExtendLimit when one more extension would pass a
@@ -195,7 +197,9 @@ func (l *Lease) checkBound(now time.Time) error {
 }
 
 // Extend implements dsync.Lease.
-func (l *Lease) Extend(ctx context.Context) error {
+func (l *Lease) Extend(ctx context.Context) (err error) {
+	ctx, call := l.cfg.tel.Start(ctx, telemetry.Extend)
+	defer func() { call.Extended(ctx, extendOutcome(err), err) }()
 	l.mu.Lock()
 	l.lapse()
 	if l.err != nil {
@@ -213,7 +217,7 @@ func (l *Lease) Extend(ctx context.Context) error {
 	}
 	l.mu.Unlock()
 
-	err := l.cfg.Driver.Refresh(ctx, l.key, l.token, l.ttl)
+	err = l.cfg.Driver.Refresh(ctx, l.key, l.token, l.ttl)
 
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -234,7 +238,7 @@ func (l *Lease) Extend(ctx context.Context) error {
 		l.extensions++
 		return nil
 	case errors.Is(err, dsync.ErrNotHeld):
-		l.end(fmt.Errorf("%w: %q: the hold was gone when extending it: %w", dsync.ErrLeaseLost, l.key, err))
+		l.end(fmt.Errorf("%w: %q: the hold was gone when extending it: %w", dsync.ErrLeaseLost, l.key, err), telemetry.Gone)
 		return l.err
 	default:
 		return err // outcome unknown; the lease stays valid until it expires
@@ -292,7 +296,9 @@ func (l *Lease) autoExtend() {
 }
 
 // Release implements dsync.Lease.
-func (l *Lease) Release(ctx context.Context) error {
+func (l *Lease) Release(ctx context.Context) (err error) {
+	ctx, call := l.cfg.tel.Start(ctx, telemetry.Release)
+	defer func() { call.Released(err) }()
 	l.mu.Lock()
 	l.lapse()
 	lost := l.err
@@ -300,11 +306,11 @@ func (l *Lease) Release(ctx context.Context) error {
 		l.mu.Unlock()
 		return fmt.Errorf("%w: %q was already released", dsync.ErrNotHeld, l.key)
 	}
-	l.end(dsync.ErrReleased)
+	l.end(dsync.ErrReleased, telemetry.Released)
 	l.mu.Unlock()
 	l.autoWG.Wait()
 
-	err := release(ctx, l.cfg, l.key, l.token)
+	err = release(ctx, l.cfg, l.key, l.token)
 	if lost != nil {
 		// The lease was lost before; the hold may still have been there.
 		return fmt.Errorf("%w: %w", dsync.ErrNotHeld, lost)

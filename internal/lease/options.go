@@ -6,6 +6,7 @@ import (
 
 	"github.com/dsync-dev/dsync"
 	"github.com/dsync-dev/dsync/backends"
+	"github.com/dsync-dev/dsync/internal/telemetry"
 	"github.com/dsync-dev/dsync/retry"
 )
 
@@ -46,6 +47,8 @@ type Config struct {
 	Limit   int
 
 	lines *lines // the backend's local waiting lines (queue.go)
+	// tel is the primitive's telemetry (telemetry.go).
+	tel *telemetry.Prim
 }
 
 // New checks opts (nil means defaults) for leases of limit holders on key
@@ -92,7 +95,7 @@ func New(b *dsync.Backend, key string, limit int, opts *Options) (*Config, error
 	if o.DriftFactor >= 1 {
 		return nil, backends.Invalid("drift factor", "%v is not below 1", o.DriftFactor)
 	}
-	c := &Config{Options: o, Backend: b, Driver: b.Driver(), Key: key, Limit: limit, lines: linesOf(b)}
+	c := &Config{Options: o, Backend: b, Driver: b.Driver(), Key: key, Limit: limit, lines: linesOf(b), tel: telemetry.Of(b).Prim(kindOf(limit), key, "")}
 	validity := o.TTL - c.Drift(o.TTL)
 	switch {
 	case validity <= 0:

@@ -1,0 +1,60 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/dsync-dev/dsync/backends"
+	"github.com/dsync-dev/dsync/internal/telemetry"
+)
+
+// Health implements backends.Driver: a PING to every node in parallel,
+// each bounded by the per-node timeout and ctx, with each node's restart
+// quarantine. It is OK when a quorum of nodes answer and are not
+// quarantined. A node that connects anew meanwhile reports its restart,
+// as for any request. After Close it returns ErrClosed.
+func (d *Driver) Health(ctx context.Context) (backends.Health, error) {
+	if d.closed.Load() {
+		return backends.Health{}, backends.ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return backends.Health{}, err
+	}
+	nt, _ := d.timeoutFor(d.maxTTL)
+	rtts, _, errs := fanOutValues(d, ctx, nt, everyServer, telemetry.NodePing, func(ctx context.Context, n *node) (time.Duration, error) {
+		start := time.Now()
+		err := n.client.Ping(ctx).Err()
+		return time.Since(start), err
+	})
+	failed := make([]error, len(d.nodes))
+	for _, e := range errs.WrappedErrors() {
+		var ne *NodeError
+		if errors.As(e, &ne) {
+			failed[ne.Index] = ne.Err
+		}
+	}
+	h := backends.Health{Nodes: make([]backends.NodeHealth, len(d.nodes))}
+	now := time.Now()
+	voting := 0
+	for i, n := range d.nodes {
+		nh := backends.NodeHealth{Addr: n.addr, Err: failed[i]}
+		if failed[i] == nil {
+			nh.Reachable, nh.Latency = true, rtts[i]
+		}
+		if until := n.quarantinedUntil(); until.After(now) {
+			nh.QuarantinedUntil = until
+			nh.Detail = "quarantined after a restart"
+		}
+		if nh.Reachable && nh.QuarantinedUntil.IsZero() {
+			voting++
+		}
+		h.Nodes[i] = nh
+	}
+	h.OK = voting >= d.quorum
+	if !h.OK {
+		h.Reason = fmt.Sprintf("%d of %d nodes answer and vote, %d needed", voting, len(d.nodes), d.quorum)
+	}
+	return h, nil
+}

@@ -122,6 +122,23 @@ func BenchmarkLockCycle(b *testing.B) {
 	})
 }
 
+// rawCycle returns the floor's cycle on key: SET NX PX, then the
+// compare-and-delete script, each with a fresh token.
+func rawCycle(b *testing.B, client *goredis.Client, key string) func() {
+	ctx := context.Background()
+	i := 0
+	return func() {
+		i++
+		tok := "tok-" + strconv.Itoa(i)
+		if ok, err := client.SetNX(ctx, key, tok, benchTTL).Result(); err != nil || !ok {
+			b.Fatalf("SET NX = %v, %v", ok, err)
+		}
+		if n, err := rawRelease.Run(ctx, client, []string{key}, tok).Int64(); err != nil || n != 1 {
+			b.Fatalf("compare-and-delete = %v, %v", n, err)
+		}
+	}
+}
+
 // BenchmarkLockCycleRatio interleaves one cycle through the locker with
 // fencing (the default), one without, and one raw cycle, so that all three
 // see the same machine noise, and reports each one's mean and the ratios to
@@ -153,17 +170,7 @@ func BenchmarkLockCycleRatio(b *testing.B) {
 	}
 	fenced := cycle(&locker.Options{TTL: benchTTL})
 	unfenced := cycle(&locker.Options{TTL: benchTTL, NoFencing: true})
-	i := 0
-	raw := func() {
-		i++
-		tok := "tok-" + strconv.Itoa(i)
-		if ok, err := client.SetNX(ctx, "raw:ratio", tok, benchTTL).Result(); err != nil || !ok {
-			b.Fatalf("SET NX = %v, %v", ok, err)
-		}
-		if n, err := rawRelease.Run(ctx, client, []string{"raw:ratio"}, tok).Int64(); err != nil || n != 1 {
-			b.Fatalf("compare-and-delete = %v, %v", n, err)
-		}
-	}
+	raw := rawCycle(b, client, "raw:ratio")
 	r := mix.Run(b, &mix.Options{Warm: 300},
 		mix.Case{Name: "fenced", Run: fenced}, mix.Case{Name: "unfenced", Run: unfenced}, mix.Case{Name: "raw", Run: raw})
 	mix.ReportRatio(b, "fenced/raw", r["fenced"], r["raw"])
@@ -265,17 +272,7 @@ func BenchmarkTelemetryRatio(b *testing.B) {
 	plain := cycle(backend(dsync.Telemetry{}), "telemetry-default")
 	sdk := cycle(backend(dsync.Telemetry{MeterProvider: mp, TracerProvider: tp}), "telemetry-sdk")
 	batch := cycle(backend(dsync.Telemetry{MeterProvider: mp, TracerProvider: tpBatch}), "telemetry-batch")
-	i := 0
-	raw := func() {
-		i++
-		tok := "tok-" + strconv.Itoa(i)
-		if ok, err := client.SetNX(ctx, "raw:telemetry", tok, benchTTL).Result(); err != nil || !ok {
-			b.Fatalf("SET NX = %v, %v", ok, err)
-		}
-		if n, err := rawRelease.Run(ctx, client, []string{"raw:telemetry"}, tok).Int64(); err != nil || n != 1 {
-			b.Fatalf("compare-and-delete = %v, %v", n, err)
-		}
-	}
+	raw := rawCycle(b, client, "raw:telemetry")
 	r := mix.Run(b, &mix.Options{Warm: 300},
 		mix.Case{Name: "default", Run: plain}, mix.Case{Name: "sdk", Run: sdk},
 		mix.Case{Name: "batch", Run: batch}, mix.Case{Name: "raw", Run: raw})

@@ -47,6 +47,12 @@ var (
 	// ErrUnknownScheme: Open was given a URL whose scheme no imported
 	// backend registered.
 	ErrUnknownScheme = errors.New("dsync: unknown URL scheme")
+	// ErrUnavailable: a request got no answer, or one that says nothing
+	// about the hold (a timeout, a broken connection, no quorum of Redlock
+	// nodes), so its outcome is unknown. After an Extend that fails so,
+	// the lease stays valid until its current validity runs out; after a
+	// read of the holder or the leader, nothing is known of it.
+	ErrUnavailable = errors.New("dsync: backend unavailable")
 )
 
 // InvalidError names a bad argument, option or URL. It matches ErrInvalid.

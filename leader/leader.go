@@ -285,7 +285,7 @@ func (e *Election) checkDuplicate(ctx context.Context, w *dupWatch) error {
 // Leader reads the current leader's candidate ID from the backend
 // (dsync.LeaderElection), in one attempt bounded by ctx and the backend's
 // request timeout. With no leader it returns an error matching
-// dsync.ErrNoLeader; a failed read returns the backend's error. On
+// dsync.ErrNoLeader; a failed read, one matching dsync.ErrUnavailable. On
 // Redlock, the leader is the ID that a majority of the nodes agree on.
 func (o *Observer) Leader(ctx context.Context) (string, error) {
 	info, err := o.cfg.Driver.Holder(ctx, o.name)
@@ -293,7 +293,7 @@ func (o *Observer) Leader(ctx context.Context) (string, error) {
 	case errors.Is(err, dsync.ErrNotHeld):
 		return "", fmt.Errorf("%w: election %q", dsync.ErrNoLeader, o.name)
 	case err != nil:
-		return "", err
+		return "", lease.Unavailable(o.name, err)
 	}
 	return string(info.Value), nil
 }

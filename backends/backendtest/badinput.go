@@ -510,6 +510,22 @@ func (s *suite) silentRows() []badRow {
 			r.spy.link.Store(linkSilent)
 			return func() error { _, err := e.Campaign(deadline(t, r)); return err }
 		}},
+		{name: "Extend, server silent", want: []error{dsync.ErrUnavailable, context.DeadlineExceeded}, io: true, within: silentDeadline + silentSlack, prepare: func(t *testing.T, r *rowEnv) func() error {
+			ls := testutil.MustAcquire(t, r.ctx, newLocker(t, r.b, r.key, opts))
+			s.leaveHold(t, r, r.key, holdToken(t, ls)) // valid until it expires
+			r.spy.link.Store(linkSilent)
+			return func() error { return ls.Extend(deadline(t, r)) }
+		}},
+		{name: "Holder, server silent", want: []error{dsync.ErrUnavailable, context.DeadlineExceeded}, io: true, within: silentDeadline + silentSlack, prepare: func(t *testing.T, r *rowEnv) func() error {
+			l := newLocker(t, r.b, r.key, opts)
+			r.spy.link.Store(linkSilent)
+			return func() error { _, err := l.Holder(deadline(t, r)); return err }
+		}},
+		{name: "Leader, server silent", want: []error{dsync.ErrUnavailable, context.DeadlineExceeded}, io: true, within: silentDeadline + silentSlack, prepare: func(t *testing.T, r *rowEnv) func() error {
+			e := newElection(t, r.b, r.key, "a", &leader.Options{TTL: s.electionTTL()})
+			r.spy.link.Store(linkSilent)
+			return func() error { _, err := e.Leader(deadline(t, r)); return err }
+		}},
 		// The reply of a release is lost: the lease has ended here
 		// (ErrNotHeld), and the hold, left on the server, expires.
 		{name: "Release, server silent", want: []error{dsync.ErrNotHeld, context.DeadlineExceeded}, io: true, within: spyRequestTimeout + silentSlack, prepare: func(t *testing.T, r *rowEnv) func() error {

@@ -241,7 +241,8 @@ func (l *Lease) Extend(ctx context.Context) (err error) {
 		l.end(fmt.Errorf("%w: %q: the hold was gone when extending it: %w", dsync.ErrLeaseLost, l.key, err), telemetry.Gone)
 		return l.err
 	default:
-		return err // outcome unknown; the lease stays valid until it expires
+		// Outcome unknown; the lease stays valid until it expires.
+		return fmt.Errorf("%w: extending %q: %w", dsync.ErrUnavailable, l.key, err)
 	}
 }
 
@@ -321,6 +322,16 @@ func (l *Lease) Release(ctx context.Context) (err error) {
 		return fmt.Errorf("%w: %q: the release's outcome is unknown, so the hold may stay until it expires: %w", dsync.ErrNotHeld, l.key, err)
 	}
 	return err
+}
+
+// Unavailable returns err of a call on key, marked with
+// dsync.ErrUnavailable unless it is nil or already says what happened
+// (a dsync sentinel of the SPI: not held, invalid, closed, unsupported).
+func Unavailable(key string, err error) error {
+	if err == nil || errors.Is(err, dsync.ErrNotHeld) || errors.Is(err, dsync.ErrNotAcquired) || final(err) {
+		return err
+	}
+	return fmt.Errorf("%w: %q: %w", dsync.ErrUnavailable, key, err)
 }
 
 // release removes a hold. While ctx is live it bounds the call, together

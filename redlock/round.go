@@ -136,6 +136,11 @@ func (d *Driver) attempt(ctx context.Context, t redisnode.Target, req backends.R
 	if holders := d.limitQuorum(r.refused); holders > 0 {
 		return backends.Grant{}, final, backends.LimitMismatch(req.Key, max(req.Limit, 1), holders)
 	}
+	if n := d.finalRefusals(r.refused); n > len(d.nodes)-d.quorum {
+		// Enough nodes refuse for good that no quorum can form.
+		return backends.Grant{}, final, fmt.Errorf("%w: %d of %d nodes refused the request for good: %w",
+			backends.Invalid("request", "no quorum can grant it"), n, len(d.nodes), r.refused.ErrorOrNil())
+	}
 	err := d.notAcquired(ctx, len(r.granted), r.refused)
 	if ctx.Err() != nil || errors.Is(err, ErrNoQuorum) {
 		return backends.Grant{}, final, err
@@ -197,6 +202,7 @@ func (d *Driver) round(ctx context.Context, ref holdRef, req backends.Request, n
 			nctx, call := d.tel.Start(ctx, nctx.ctx, n.index, telemetry.NodeAcquire)
 			fence, err := n.node.Acquire(nctx, ref.t, h)
 			call.End(nctx, err)
+			err = redisnode.Refusal(err)
 			v := vote{node: n, fence: fence, err: err, applied: err == nil, mayHold: err == nil || !refusedOutright(err)}
 			if err == nil {
 				// A request that found its connection broken by a restart,
@@ -394,6 +400,18 @@ func (d *Driver) notAcquired(ctx context.Context, granted int, refused *multierr
 			backends.ErrNotAcquired, ErrNoQuorum, len(d.nodes)-silent, len(d.nodes), d.quorum, refused.ErrorOrNil())
 	}
 	return fmt.Errorf("%w: %d of %d nodes granted, %d needed: %w", backends.ErrNotAcquired, granted, len(d.nodes), d.quorum, refused.ErrorOrNil())
+}
+
+// finalRefusals counts the nodes in errs that refused for good
+// (redisnode.Refusal: no permission, a key of another type).
+func (d *Driver) finalRefusals(errs *multierror.Error) int {
+	n := 0
+	for _, e := range errs.WrappedErrors() {
+		if errors.Is(e, backends.ErrInvalid) {
+			n++
+		}
+	}
+	return n
 }
 
 // limitQuorum returns the most common limit among the *redisnode.LimitError

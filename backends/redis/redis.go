@@ -174,6 +174,7 @@ func (d *Driver) wrap(err error) error {
 	if errors.As(err, &le) {
 		return backends.LimitMismatch(le.Key, le.Limit, le.Holders)
 	}
+	err = redisnode.Refusal(err)
 	if errors.Is(err, backends.ErrNotHeld) || errors.Is(err, backends.ErrNotAcquired) || errors.Is(err, backends.ErrInvalid) {
 		return err
 	}

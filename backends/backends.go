@@ -56,6 +56,14 @@ type Driver interface {
 	// was unknown may have left.
 	Release(ctx context.Context, key, token string) error
 
+	// Leave removes waiter's place in key's line (see Request.Waiter): the
+	// Acquire that named it gave up. If a released lock was being kept for
+	// waiter, it goes to the next waiter in line. A place left alone lapses
+	// on its own, so Leave is a courtesy that saves the others that wait; a
+	// driver that keeps no line (Capabilities.Ordered false) returns nil
+	// with no I/O.
+	Leave(ctx context.Context, key, waiter string) error
+
 	// Holder reports the current holder of key, or ErrNotHeld when nobody
 	// holds it. For a semaphore key it reports the holder whose hold expires
 	// last.
@@ -117,7 +125,21 @@ type Request struct {
 	// Fence asks for a fencing token. A driver without fencing ignores it;
 	// a driver with fencing may skip the work of drawing one when false.
 	Fence bool
+	// Waiter names the blocking acquisition this attempt belongs to, the
+	// same for all its attempts; empty for a lone attempt (TryAcquire). A
+	// driver that serves waiters in order (Capabilities.Ordered) keeps the
+	// place of a waiter refused a lock for TTL after each attempt, and
+	// when the lock is released keeps it, for a short hand-over window,
+	// for the waiter in line whose name is smallest in byte order:
+	// meanwhile every other attempt, lone ones included, is refused. The
+	// layer above starts each name with the time of the call, so that this
+	// order is arrival order (see lease.NewWaiter). Semaphores (Limit > 1)
+	// ignore it. Optional; at most MaxWaiterSize bytes of [0-9a-z-].
+	Waiter string
 }
+
+// MaxWaiterSize bounds Request.Waiter.
+const MaxWaiterSize = 64
 
 // Grant is the outcome of a successful Acquire.
 type Grant struct {
@@ -167,6 +189,9 @@ type Capabilities struct {
 	MaxTTL time.Duration
 	// ReleaseNotices reports whether WatchReleases delivers notices.
 	ReleaseNotices bool
+	// Ordered reports that the driver serves the waiters of a lock in
+	// order across clients (Request.Waiter), and that Leave removes one.
+	Ordered bool
 }
 
 // Subscription delivers release notices for one key.

@@ -80,6 +80,21 @@ func CheckRequest(req Request, caps Capabilities) error {
 	if len(req.Value) > MaxValueSize {
 		return Invalid("value", "%d bytes exceeds the maximum of %d", len(req.Value), MaxValueSize)
 	}
+	return CheckWaiter(req.Waiter)
+}
+
+// CheckWaiter validates a waiter's name (Request.Waiter): at most
+// MaxWaiterSize bytes of digits, lower-case letters and '-', so that a
+// driver can put it in a key name as it is. Empty is valid (no waiter).
+func CheckWaiter(w string) error {
+	if len(w) > MaxWaiterSize {
+		return Invalid("waiter", "%d bytes exceeds the maximum of %d", len(w), MaxWaiterSize)
+	}
+	for i := 0; i < len(w); i++ {
+		if c := w[i]; !('0' <= c && c <= '9' || 'a' <= c && c <= 'z' || c == '-') {
+			return Invalid("waiter", "byte %#x at %d is not one of [0-9a-z-]", c, i)
+		}
+	}
 	return nil
 }
 

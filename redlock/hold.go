@@ -190,3 +190,7 @@ func (d *Driver) Holder(ctx context.Context, key string) (backends.HolderInfo, e
 	}
 	return backends.HolderInfo{}, backends.ErrNotHeld
 }
+
+// Leave does nothing: this driver keeps no line of waiters
+// (Capabilities.Ordered is false).
+func (d *Driver) Leave(ctx context.Context, key, waiter string) error { return nil }

@@ -207,3 +207,7 @@ func checkKeyToken(key, token string) error {
 	}
 	return nil
 }
+
+// Leave does nothing: this driver keeps no line of waiters
+// (Capabilities.Ordered is false).
+func (d *Driver) Leave(ctx context.Context, key, waiter string) error { return nil }

@@ -196,3 +196,7 @@ func (d *Driver) Close() error {
 	})
 	return d.closeErr
 }
+
+// Leave does nothing: this driver keeps no line of waiters
+// (Capabilities.Ordered is false).
+func (d *Driver) Leave(ctx context.Context, key, waiter string) error { return nil }

@@ -22,11 +22,17 @@ import (
 // ctx and by the backend's own request timeout (see backends.Driver): no
 // timer of its own.
 func (c *Config) Attempt(ctx context.Context) (*Lease, error) {
+	return c.attempt(ctx, "")
+}
+
+// attempt is Attempt on behalf of waiter (backends.Request.Waiter), or of
+// no waiter when "".
+func (c *Config) attempt(ctx context.Context, waiter string) (*Lease, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, c.notStarted(err)
 	}
 	token := NewToken()
-	req := backends.Request{Key: c.Key, Token: token, Value: c.Value, TTL: c.TTL, Limit: c.Limit, Fence: !c.NoFencing}
+	req := backends.Request{Key: c.Key, Token: token, Value: c.Value, TTL: c.TTL, Limit: c.Limit, Fence: !c.NoFencing, Waiter: waiter}
 	start := time.Now()
 	g, err := c.Driver.Acquire(ctx, req)
 	if err != nil {
@@ -90,24 +96,41 @@ func (c *Config) TryAcquire(ctx context.Context) (l *Lease, err error) {
 // is not missed. The subscription belongs to the process's waiting line,
 // and the next waiter to reach its head uses it as it is. An uncontended
 // Acquire costs one attempt, no subscription and no backoff.
+//
+// On a driver that serves waiters in order (backends.Capabilities.Ordered),
+// the attempts of a lock name the call's waiter (NewWaiter, drawn when
+// Acquire is called), so that the backend serves the heads of the
+// processes' lines in the order of their calls; an Acquire that gives up
+// after an attempt leaves the backend's line (Driver.Leave, on a fresh
+// context bounded like a release when ctx is done).
 func (c *Config) Acquire(ctx context.Context, between func(context.Context) error) (l *Lease, err error) {
 	ctx, call := c.tel.Start(ctx, telemetry.Acquire)
 	defer func() { call.Acquired(ctx, l.fenceOrZero(), err) }()
 	if err := ctx.Err(); err != nil {
 		return nil, c.notStarted(err)
 	}
+	var waiter string
+	if c.ordered {
+		waiter = NewWaiter()
+	}
 	turn, err := waitTurn(ctx, c)
 	if err != nil {
 		return nil, c.gaveUp(err, errors.New("waiting behind other waiters of this process"))
 	}
 	defer turn.pass()
+	joined := false // an attempt may have put waiter in the backend's line
+	defer func() {
+		if err != nil && joined {
+			c.leave(ctx, waiter)
+		}
+	}()
 	var wake <-chan struct{}
 	watched := false
 	var prev error      // the last attempt that ran its course
 	var b retry.Backoff // started at the first wait
 	for {
 		call.Attempting()
-		l, err := c.Attempt(ctx)
+		l, err := c.attempt(ctx, waiter)
 		call.Attempted(err)
 		if err == nil {
 			return c.started(l, nil)
@@ -115,6 +138,7 @@ func (c *Config) Acquire(ctx context.Context, between func(context.Context) erro
 		if final(err) {
 			return nil, err
 		}
+		joined = waiter != ""
 		if ctx.Err() != nil {
 			// An attempt cut short by ctx tells less (no quorum, say)
 			// than the one before it.
@@ -146,6 +170,14 @@ func (c *Config) Acquire(ctx context.Context, between func(context.Context) erro
 			return nil, c.gaveUp(werr, err)
 		}
 	}
+}
+
+// leave takes waiter out of the backend's line after a failed Acquire. A
+// place left behind lapses on its own, so the error is dropped.
+func (c *Config) leave(ctx context.Context, waiter string) {
+	ctx, cancel := cleanUpCtx(ctx, c)
+	defer cancel()
+	_ = c.Driver.Leave(ctx, c.Key, waiter)
 }
 
 // started starts auto-extension of a lease just acquired, if configured.

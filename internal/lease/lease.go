@@ -42,6 +42,18 @@ func NewToken() string {
 	return hex.EncodeToString(b[:])
 }
 
+// NewWaiter returns the name of a blocking acquisition for drivers that
+// serve waiters in order (backends.Request.Waiter): the time of the call
+// in microseconds, as 16 hex digits so that byte order is time order,
+// then 64 random bits that set apart waiters of the same microsecond.
+// Waiters whose hosts' clocks disagree by d may be served out of their
+// arrival order within d.
+func NewWaiter() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("%016x-%s", time.Now().UnixMicro(), hex.EncodeToString(b[:]))
+}
+
 // Lease implements dsync.Lease over one hold.
 type Lease struct {
 	cfg      *Config
@@ -340,15 +352,22 @@ func Unavailable(key string, err error) error {
 // context, so that a cancelled caller still cleans up, bounded by
 // cfg.ReleaseTimeout and by the caller's deadline if that is sooner.
 func release(ctx context.Context, cfg *Config, key, token string) error {
+	ctx, cancel := cleanUpCtx(ctx, cfg)
+	defer cancel()
+	return cfg.Driver.Release(ctx, key, token)
+}
+
+// cleanUpCtx returns ctx for a clean-up call (a release, a waiter's
+// Leave) while ctx is live; once it is done, a fresh context bounded by
+// cfg.ReleaseTimeout, or by ctx's deadline where that is sooner.
+func cleanUpCtx(ctx context.Context, cfg *Config) (context.Context, context.CancelFunc) {
 	if ctx.Err() == nil {
-		return cfg.Driver.Release(ctx, key, token)
+		return ctx, func() {}
 	}
 	now := time.Now()
 	limit := now.Add(cfg.ReleaseTimeout)
 	if dl, ok := ctx.Deadline(); ok && dl.After(now) && dl.Before(limit) {
 		limit = dl // cancelled before its deadline: keep to it
 	}
-	ctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), limit)
-	defer cancel()
-	return cfg.Driver.Release(ctx, key, token)
+	return context.WithDeadline(context.WithoutCancel(ctx), limit)
 }

@@ -47,6 +47,9 @@ type Config struct {
 	Limit   int
 
 	lines *lines // the backend's local waiting lines (queue.go)
+	// ordered: Acquire names its waiter (backends.Request.Waiter), for a
+	// lock on a driver that serves waiters in order.
+	ordered bool
 	// tel is the primitive's telemetry (telemetry.go).
 	tel *telemetry.Prim
 }
@@ -95,7 +98,7 @@ func New(b *dsync.Backend, key string, limit int, opts *Options) (*Config, error
 	if o.DriftFactor >= 1 {
 		return nil, backends.Invalid("drift factor", "%v is not below 1", o.DriftFactor)
 	}
-	c := &Config{Options: o, Backend: b, Driver: b.Driver(), Key: key, Limit: limit, lines: linesOf(b), tel: telemetry.Of(b).Prim(kindOf(limit), key, "")}
+	c := &Config{Options: o, Backend: b, Driver: b.Driver(), Key: key, Limit: limit, lines: linesOf(b), ordered: limit == 1 && caps.Ordered, tel: telemetry.Of(b).Prim(kindOf(limit), key, "")}
 	validity := o.TTL - c.Drift(o.TTL)
 	switch {
 	case validity <= 0:

@@ -12,6 +12,7 @@
 // close, a server that does not answer), exclusivity, no re-entrancy,
 // ownership of refresh and release, expiry, extension, fencing,
 // cancellation, key isolation, a contention hammer, release wake-ups,
+// waiters of separate clients served in order (where the driver says so),
 // semaphores, elections and the health report.
 package backendtest
 
@@ -62,6 +63,7 @@ func Run(t *testing.T, h Harness) {
 		{"HolderValue", s.testHolderValue},
 		{"Hammer", s.testHammer},
 		{"FairAmongLocalWaiters", s.testFairness},
+		{"ServedInOrder", s.testServedInOrder},
 		{"ReleaseWakesWaiter", s.testWake},
 		{"DoCancelsOnLoss", s.testDoCancelsOnLoss},
 		{"Health", s.testHealth},

@@ -39,6 +39,7 @@ var caps = backends.Capabilities{
 	MaxLimit:       1 << 20,
 	Fencing:        true,
 	TTLResolution:  time.Millisecond,
+	Ordered:        true,
 }
 
 // New returns a driver on opts.Store (a fresh private store by default).
@@ -73,6 +74,11 @@ func (d *Driver) begin(ctx context.Context) (time.Time, error) {
 // acquired with a different limit. When req.Fence is set, the key's fence
 // counter is incremented and returned: it grows strictly over every hold of
 // the key for the life of the store. The grant's TTL is req.TTL.
+//
+// A lock's waiters are served in order (backends.Request.Waiter): a
+// refused waiter keeps its place for req.TTL, and a released lock is kept
+// for the first live waiter for HandOver, refusing every other attempt
+// meanwhile; after that anybody may take it.
 func (d *Driver) Acquire(ctx context.Context, req backends.Request) (backends.Grant, error) {
 	if err := backends.CheckRequest(req, caps); err != nil {
 		return backends.Grant{}, err
@@ -88,6 +94,16 @@ func (d *Driver) Acquire(ctx context.Context, req backends.Request) (backends.Gr
 	e := s.entry(req.Key, now)
 	if len(e.holds) > 0 && e.limit != limit {
 		return backends.Grant{}, backends.LimitMismatch(req.Key, limit, e.limit)
+	}
+	if limit == 1 {
+		e.line.prune(now)
+		if len(e.holds) > 0 || !e.line.admits(req.Waiter) {
+			if req.Waiter != "" {
+				e.line.join(req.Waiter, now, req.TTL)
+			}
+			return backends.Grant{}, backends.ErrNotAcquired
+		}
+		e.line.served(req.Waiter)
 	}
 	if len(e.holds) >= limit {
 		return backends.Grant{}, backends.ErrNotAcquired
@@ -151,6 +167,9 @@ func (d *Driver) Release(ctx context.Context, key, token string) error {
 		return backends.ErrNotHeld
 	}
 	e.holds = slices.Delete(e.holds, i, i+1)
+	if e.limit == 1 {
+		e.line.handOver(now)
+	}
 	e.notify()
 	s.tidy(key, e)
 	return nil
@@ -208,6 +227,30 @@ func checkKeyToken(key, token string) error {
 	return nil
 }
 
-// Leave does nothing: this driver keeps no line of waiters
-// (Capabilities.Ordered is false).
-func (d *Driver) Leave(ctx context.Context, key, waiter string) error { return nil }
+// Leave takes waiter out of key's line; a released lock kept for it goes
+// to the next live waiter, and the key's watchers are woken.
+func (d *Driver) Leave(ctx context.Context, key, waiter string) error {
+	if err := backends.CheckKey(key); err != nil {
+		return err
+	}
+	if err := backends.CheckWaiter(waiter); err != nil {
+		return err
+	}
+	now, err := d.begin(ctx)
+	if err != nil {
+		return err
+	}
+	s := d.store
+	defer s.mu.Unlock()
+	e := s.lookup(key, now)
+	if e == nil {
+		return nil
+	}
+	delete(e.line.places, waiter)
+	if e.line.reserved == waiter && len(e.holds) == 0 {
+		e.line.handOver(now)
+		e.notify()
+	}
+	s.tidy(key, e)
+	return nil
+}

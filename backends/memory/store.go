@@ -31,6 +31,7 @@ type entry struct {
 	limit    int                        // the Limit the holds were acquired with; meaningless without holds
 	fence    uint64                     // last fencing token drawn; kept for the life of the store
 	watchers map[*subscription]struct{} // woken on each release or observed expiry
+	line     line                       // the lock's waiters, when they are served in order
 }
 
 // hold is one holder of a key.
@@ -104,13 +105,14 @@ func (s *Store) expire(key string, e *entry, now time.Time) {
 	if len(e.holds) < n {
 		e.notify()
 	}
+	e.line.prune(now)
 	s.tidy(key, e)
 }
 
 // tidy forgets e if it has no holds, no watchers and no fence to remember.
 // s.mu must be held.
 func (s *Store) tidy(key string, e *entry) {
-	if len(e.holds) == 0 && len(e.watchers) == 0 && e.fence == 0 {
+	if len(e.holds) == 0 && len(e.watchers) == 0 && e.fence == 0 && e.line.empty() {
 		delete(s.keys, key)
 	}
 }

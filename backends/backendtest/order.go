@@ -1,0 +1,101 @@
+package backendtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/dsync-dev/dsync"
+	"github.com/dsync-dev/dsync/internal/testenv/testutil"
+	"github.com/dsync-dev/dsync/locker"
+)
+
+// testServedInOrder: on a driver that serves waiters in order, waiters of
+// separate clients (backends) get a released lock in the order in which
+// they called Acquire, and a waiter that gave up is skipped and holds
+// nothing. Waiters wake only on release notices (their retry delay is
+// long), so the order is the driver's, not their timers'.
+//
+// A hand-over that outlives the driver's hand-over window lets any waiter
+// take the lock (bounded barging, allowed), which a loaded machine can
+// cause: a trial out of order is rerun, up to orderTrials, and the check
+// fails only if none comes out in order. With five waiters a driver that
+// ignored the order would pass one trial by chance once in 120.
+func (s *suite) testServedInOrder(t *testing.T) {
+	if caps := s.backend(t).Driver().Capabilities(); !caps.Ordered {
+		t.Skipf("the %s driver does not serve waiters in order", caps.Name)
+	}
+	if !s.backend(t).Driver().Capabilities().ReleaseNotices {
+		t.Skip("waiters that wake only on their timers cannot be ordered by a release")
+	}
+	const orderTrials = 3
+	var got []string
+	for trial := 1; trial <= orderTrials; trial++ {
+		order, err := s.orderTrial(t)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, fmt.Sprint(order))
+		if slices.IsSorted(order) {
+			t.Logf("served in order in trial %d (earlier trials: %v)", trial, got[:trial-1])
+			return
+		}
+	}
+	t.Fatalf("waiters served out of their order in all %d trials: %v (want 0 1 3 4; 2 gave up)", orderTrials, got)
+}
+
+// orderTrial makes five waiters of separate backends queue behind a
+// holder, one after another, has the third give up, releases the lock and
+// returns the order in which the others got it.
+func (s *suite) orderTrial(t *testing.T) ([]int, error) {
+	ctx := testutil.Context(t)
+	key := testutil.UniqueKey(t)
+	holder := testutil.MustAcquire(t, ctx, newLocker(t, s.backend(t), key, nil))
+	const waiters, quitter = 5, 2
+	type outcome struct {
+		i   int
+		err error
+	}
+	served := make(chan outcome, waiters)
+	quitCtx, quit := context.WithCancel(ctx)
+	defer quit()
+	for i := range waiters {
+		p := &signalPolicy{delay: time.Minute, waiting: make(chan struct{}, 1)}
+		l := newLocker(t, s.backend(t), key, &locker.Options{Retry: p, TTL: 4 * s.h.ShortTTL})
+		wctx := ctx
+		if i == quitter {
+			wctx = quitCtx
+		}
+		go func() {
+			ls, err := l.Acquire(wctx)
+			if err == nil {
+				err = ls.Release(ctx)
+			}
+			served <- outcome{i, err}
+		}()
+		select {
+		case <-p.waiting: // refused, in line, asleep
+		case o := <-served:
+			return nil, fmt.Errorf("waiter %d returned before the release: %v", o.i, o.err)
+		}
+	}
+	quit()
+	if o := <-served; o.i != quitter || !errors.Is(o.err, dsync.ErrNotAcquired) || !errors.Is(o.err, context.Canceled) {
+		return nil, fmt.Errorf("waiter %d returned %v first, want waiter %d giving up with ErrNotAcquired and context.Canceled", o.i, o.err, quitter)
+	}
+	if err := holder.Release(ctx); err != nil {
+		return nil, err
+	}
+	var order []int
+	for range waiters - 1 {
+		o := <-served
+		if o.err != nil {
+			return nil, fmt.Errorf("waiter %d: %v", o.i, o.err)
+		}
+		order = append(order, o.i)
+	}
+	return order, nil
+}

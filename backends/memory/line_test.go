@@ -1,0 +1,72 @@
+package memory_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/dsync-dev/dsync/backends"
+	"github.com/dsync-dev/dsync/backends/memory"
+)
+
+// TestLine walks a lock's line on a manual clock: refused waiters keep a
+// place for their TTL, a release keeps the lock for the first live waiter
+// for HandOver (refusing a lone attempt and a later waiter), a lapsed
+// place or reservation no longer holds anybody up, and Leave passes a
+// reservation on.
+func TestLine(t *testing.T) {
+	ctx := context.Background()
+	d, clk := newManual(t)
+	const key = "k"
+	try := func(token, waiter string, ttl time.Duration) error {
+		_, err := d.Acquire(ctx, backends.Request{Key: key, Token: token, TTL: ttl, Waiter: waiter})
+		return err
+	}
+	mustGet := func(token, waiter string) {
+		t.Helper()
+		if err := try(token, waiter, time.Minute); err != nil {
+			t.Fatalf("%s (waiter %q): %v, want the lock", token, waiter, err)
+		}
+	}
+	mustMiss := func(token, waiter string, ttl time.Duration) {
+		t.Helper()
+		if err := try(token, waiter, ttl); err != backends.ErrNotAcquired {
+			t.Fatalf("%s (waiter %q): %v, want the bare ErrNotAcquired", token, waiter, err)
+		}
+	}
+	release := func(token string) {
+		t.Helper()
+		if err := d.Release(ctx, key, token); err != nil {
+			t.Fatalf("release %s: %v", token, err)
+		}
+	}
+
+	mustGet("h1", "")
+	mustMiss("c1", "w3", time.Minute)
+	mustMiss("b1", "w2", time.Second) // its place lapses first
+	mustMiss("a1", "w1", time.Minute)
+	release("h1")
+	mustMiss("lone", "", time.Minute) // kept for w1
+	mustMiss("c2", "w3", time.Minute)
+	mustGet("a2", "w1")
+	if _, err := d.Holder(ctx, key); err != nil {
+		t.Fatalf("Holder: %v", err)
+	}
+
+	clk.Advance(2 * time.Second) // w2's place has lapsed; w3 refreshed its own
+	release("a2")
+	mustMiss("b2", "w2", time.Minute) // rejoins, behind w3's kept lock
+	if err := d.Leave(ctx, key, "w3"); err != nil {
+		t.Fatal(err)
+	}
+	mustGet("b3", "w2") // the lock kept for w3 passed to w2
+
+	release("b3")
+	clk.Advance(memory.HandOver) // nobody waits: free for all at once
+	if _, err := d.Holder(ctx, key); err != backends.ErrNotHeld {
+		t.Fatalf("Holder of a free key: %v, want ErrNotHeld", err)
+	}
+	mustGet("lone2", "")
+	release("lone2")
+	mustGet("x", "w9") // nobody else waits
+}

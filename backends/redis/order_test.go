@@ -229,3 +229,65 @@ func TestSemaphoreKeepsNoLine(t *testing.T) {
 	}
 	mustGrant(t, ctx, ds[2], sem("lone", ""), "a lone attempt on a freed slot")
 }
+
+// TestNoticeWakesTheHeir: a release that keeps the lock for a waiter
+// wakes the watchers of the driver that put that waiter in line, not the
+// others (they would be refused); a release with nobody in line wakes
+// everyone.
+func TestNoticeWakesTheHeir(t *testing.T) {
+	srv := redistest.Start(t, nil)
+	ctx := testutil.Context(t)
+	ds := drivers(t, srv, 3)
+	key := testutil.UniqueKey(t)
+	mustGrant(t, ctx, ds[0], backends.Request{Key: key, Token: "holder", TTL: 10 * time.Second, Fence: true}, "holder")
+	a, b := waiterName(1, "a"), waiterName(2, "b")
+	mustRefuse(t, ctx, ds[1], waiterReq(key, a, true), "a")
+	mustRefuse(t, ctx, ds[2], waiterReq(key, b, true), "b")
+	subs := make([]backends.Subscription, len(ds))
+	for i, d := range ds {
+		s, err := d.WatchReleases(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		subs[i] = s
+	}
+	// A SUBSCRIBE is only written when WatchReleases returns: a PING on
+	// the shared connection's server orders nothing, so wait for the
+	// server to count the three watchers' one subscription each.
+	admin := srv.NewClient(t)
+	channel := "dsync:{" + key + "}:released"
+	testutil.Eventually(t, 5*time.Second, "the subscriptions", func() bool {
+		return admin.PubSubNumSub(ctx, channel).Val()[channel] == 3
+	})
+	woken := func(i int, within time.Duration) bool {
+		select {
+		case <-subs[i].C():
+			return true
+		case <-time.After(within):
+			return false
+		}
+	}
+	if err := ds[0].Release(ctx, key, "holder"); err != nil {
+		t.Fatal(err)
+	}
+	if !woken(1, 5*time.Second) {
+		t.Fatal("the heir's driver was not woken")
+	}
+	if woken(2, 100*time.Millisecond) {
+		t.Error("a release that kept the lock for a woke b, who is behind a")
+	}
+	r := waiterReq(key, a, true)
+	mustGrant(t, ctx, ds[1], r, "a in its turn")
+	if err := ds[1].Leave(ctx, key, b); err != nil { // b gives up: the line is empty
+		t.Fatal(err)
+	}
+	if err := ds[1].Release(ctx, key, r.Token); err != nil {
+		t.Fatal(err)
+	}
+	for i := range ds {
+		if !woken(i, 5*time.Second) {
+			t.Errorf("driver %d not woken by a release that left the lock free", i)
+		}
+	}
+}

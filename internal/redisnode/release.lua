@@ -9,7 +9,8 @@
 -- ARGV[2]  "0" to withdraw a failed attempt without telling waiters (it
 --          released nothing they were waiting for) unless the lock is
 --          kept for another waiter than its own; otherwise publish on
---          P{K}:released, to which every waiter of K listens
+--          P{K}:released, to which every waiter of K listens: "released",
+--          or the name of the waiter the lock is kept for
 -- ARGV[3]  the hand-over window of a lock, in ms (see hold.lua)
 -- ARGV[4]  the waiter of the attempt withdrawn, "" for none: it goes
 --          back in the lock's line, for ARGV[5] ms, before the lock is
@@ -49,6 +50,6 @@ end
 -- A withdrawn attempt whose waiter is first in line again is not woken:
 -- it comes back after its own delay, as after any failed attempt.
 if gone == 1 and (ARGV[2] ~= "0" or heir and heir ~= ARGV[4]) then
-	redis.call("PUBLISH", KEYS[2] .. ":released", "released")
+	redis.call("PUBLISH", KEYS[2] .. ":released", heir or "released")
 end
 return gone

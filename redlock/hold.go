@@ -191,6 +191,28 @@ func (d *Driver) Holder(ctx context.Context, key string) (backends.HolderInfo, e
 	return backends.HolderInfo{}, backends.ErrNotHeld
 }
 
-// Leave does nothing: this driver keeps no line of waiters
-// (Capabilities.Ordered is false).
-func (d *Driver) Leave(ctx context.Context, key, waiter string) error { return nil }
+// Leave takes waiter out of key's line on every node in parallel
+// (quarantined ones included, as Release), each bounded by the per-node
+// timeout; a node that kept the lock for waiter keeps it for its next live
+// waiter (or frees it) and tells its waiters. It returns nil when a quorum
+// of nodes answered, and the nodes' errors otherwise: a place left behind
+// lapses on its own.
+func (d *Driver) Leave(ctx context.Context, key, waiter string) error {
+	if d.closed.Load() {
+		return backends.ErrClosed
+	}
+	if key == "" || waiter == "" {
+		return backends.Invalid("key or waiter", "empty")
+	}
+	if err := backends.CheckWaiter(waiter); err != nil {
+		return err
+	}
+	nt, _ := d.timeoutFor(d.maxTTL)
+	ok, errs := d.fanOut(ctx, nt, everyServer, telemetry.NodeWithdraw, func(ctx context.Context, n *node) error {
+		return n.node.Leave(ctx, key, waiter)
+	})
+	if ok < d.quorum {
+		return fmt.Errorf("dsync: redlock: leave reached %d of %d nodes, %d needed: %w", ok, len(d.nodes), d.quorum, errs.ErrorOrNil())
+	}
+	return nil
+}

@@ -31,6 +31,7 @@ type holdRef struct {
 type hold struct {
 	pending int  // node requests in flight
 	decided bool // the attempt has returned
+	won     bool // it succeeded
 	keep    bool // it succeeded and the lease is not released
 	// inFlight marks the nodes whose request has not landed, by index
 	// (New allows at most MaxNodes).
@@ -121,8 +122,18 @@ func (d *Driver) attempt(ctx context.Context, t redisnode.Target, req backends.R
 			return backends.Grant{}, final, fmt.Errorf("%w: %w: %w", backends.ErrNotAcquired, ErrNoQuorum, err)
 		}
 	}
+	var holders, refusals int
+	if !ok {
+		holders, refusals = d.limitQuorum(r.refused), d.finalRefusals(r.refused)
+		if holders > 0 || refusals > len(d.nodes)-d.quorum {
+			// The attempt's error is final: its waiter, if any, is done
+			// (set before decide, which hands r.req to the stragglers).
+			r.req.Waiter = ""
+		}
+	}
 	d.decide(r, ok)
 	if ok {
+		d.leaveRefused(r)
 		d.won.add(req.Key, req.Token, t, req.TTL)
 		if onGrant != nil {
 			onGrant(req.Key, req.Token, r.voters())
@@ -133,10 +144,10 @@ func (d *Driver) attempt(ctx context.Context, t redisnode.Target, req backends.R
 	// specification; a semaphore's slot only where it may be held, so that
 	// a taken slot costs one round trip, not two.
 	d.withdrawRound(r, nt, t.Slots == 0)
-	if holders := d.limitQuorum(r.refused); holders > 0 {
+	if holders > 0 {
 		return backends.Grant{}, final, backends.LimitMismatch(req.Key, max(req.Limit, 1), holders)
 	}
-	if n := d.finalRefusals(r.refused); n > len(d.nodes)-d.quorum {
+	if n := refusals; n > len(d.nodes)-d.quorum {
 		// Enough nodes refuse for good that no quorum can form.
 		return backends.Grant{}, final, fmt.Errorf("%w: %d of %d nodes refused the request for good: %w",
 			backends.Invalid("request", "no quorum can grant it"), n, len(d.nodes), r.refused.ErrorOrNil())
@@ -162,6 +173,7 @@ func (d *Driver) attempt(ctx context.Context, t redisnode.Target, req backends.R
 // was decided.
 type round struct {
 	ref     holdRef
+	req     redisnode.Hold // what it asks every node for
 	h       *hold
 	votes   chan vote // buffered for every node
 	seen    []vote    // the votes collected
@@ -182,7 +194,10 @@ const seedSteps = 8
 func (d *Driver) round(ctx context.Context, ref holdRef, req backends.Request, nt time.Duration) *round {
 	start := time.Now()
 	h := redisnode.Hold{Token: req.Token, Value: req.Value, TTL: req.TTL, Fence: req.Fence, SeedStep: d.maxTTL / seedSteps}
-	r := &round{ref: ref, h: &hold{}, votes: make(chan vote, len(d.nodes))}
+	if ref.t.Slots == 0 {
+		h.Waiter = req.Waiter // a slot keeps no line
+	}
+	r := &round{ref: ref, req: h, h: &hold{}, votes: make(chan vote, len(d.nodes))}
 	// A reply later than the TTL is moot: the key has expired by then.
 	nctx := d.sharedCtx(req.TTL, len(d.nodes))
 	for _, n := range d.nodes {
@@ -283,17 +298,24 @@ func (d *Driver) landed(r *round, v vote) {
 		d.mu.Unlock()
 		return
 	}
-	keep := h.keep
+	keep, won := h.keep, h.won
 	d.mu.Unlock()
-	if v.applied && !keep {
-		d.withdraw(r.ref, v.node, maxNodeTimeout)
+	switch {
+	case v.applied && !keep:
+		h := r.req
+		if won {
+			h.Waiter = "" // released: its waiter is not waiting any more
+		}
+		d.withdraw(r.ref.t, h, v.node, maxNodeTimeout)
+	case won && r.req.Waiter != "" && errors.Is(v.err, backends.ErrNotAcquired):
+		d.leave(r.ref.t.Key, r.req.Waiter, v.node)
 	}
 }
 
 // decide records a round's outcome for its stragglers.
 func (d *Driver) decide(r *round, ok bool) {
 	d.mu.Lock()
-	r.h.decided, r.h.keep = true, ok
+	r.h.decided, r.h.won, r.h.keep = true, ok, ok
 	d.mu.Unlock()
 }
 
@@ -304,18 +326,8 @@ func (d *Driver) decide(r *round, ok bool) {
 // refused outright answered that it holds nothing of this token). Nodes
 // still in flight withdraw when their reply lands (see landed).
 func (d *Driver) withdrawRound(r *round, nt time.Duration, all bool) {
-	seen := r.seen
-	// The votes that landed between collect and decide wait in the channel.
-	for more := true; more; {
-		select {
-		case v := <-r.votes:
-			seen = append(seen, v)
-		default:
-			more = false
-		}
-	}
 	var mayHold uint64 // by node index
-	for _, v := range seen {
+	for _, v := range r.decided() {
 		if v.mayHold {
 			mayHold |= 1 << v.node.index
 		}
@@ -330,19 +342,56 @@ func (d *Driver) withdrawRound(r *round, nt time.Duration, all bool) {
 		}
 	}
 	d.fanOut(d.ctx, nt, sel, telemetry.NodeWithdraw, func(ctx context.Context, n *node) error {
-		return n.node.Release(ctx, r.ref.t, r.ref.token, false)
+		return n.node.Withdraw(ctx, r.ref.t, r.req)
 	})
+}
+
+// decided returns the votes of a decided round: those collected, and
+// those that landed between collect and decide, which wait in the channel.
+func (r *round) decided() []vote {
+	for {
+		select {
+		case v := <-r.votes:
+			r.seen = append(r.seen, v)
+		default:
+			return r.seen
+		}
+	}
+}
+
+// leaveRefused takes the waiter of a round won, if any, out of the lines
+// of the nodes that refused it (the lock was held there, or kept for
+// another waiter), in the background, so that no node keeps the lock for
+// it later; a node that refuses after the round was decided does the same
+// when its vote lands (see landed).
+func (d *Driver) leaveRefused(r *round) {
+	if r.req.Waiter == "" {
+		return
+	}
+	for _, v := range r.decided() {
+		if errors.Is(v.err, backends.ErrNotAcquired) {
+			d.spawn(func() { d.leave(r.ref.t.Key, r.req.Waiter, v.node) })
+		}
+	}
+}
+
+// leave takes waiter out of key's line on one node, silently.
+func (d *Driver) leave(key, waiter string, n *node) {
+	ctx, cancel := d.nodeCtx(maxNodeTimeout)
+	defer cancel()
+	ctx, call := d.tel.Start(context.Background(), ctx, n.index, telemetry.NodeWithdraw)
+	call.End(ctx, n.node.Leave(ctx, key, waiter))
 }
 
 // errNothingHeld: the node refused the round outright.
 var errNothingHeld = errors.New("nothing to withdraw")
 
-// withdraw undoes ref on one node, silently, within timeout.
-func (d *Driver) withdraw(ref holdRef, n *node, timeout time.Duration) {
+// withdraw undoes attempt h on t on one node, silently, within timeout.
+func (d *Driver) withdraw(t redisnode.Target, h redisnode.Hold, n *node, timeout time.Duration) {
 	ctx, cancel := d.nodeCtx(timeout)
 	defer cancel()
 	ctx, call := d.tel.Start(context.Background(), ctx, n.index, telemetry.NodeWithdraw)
-	call.End(ctx, n.node.Release(ctx, ref.t, ref.token, false))
+	call.End(ctx, n.node.Withdraw(ctx, t, h))
 }
 
 // fence returns the fencing counter of a won round: the largest among its

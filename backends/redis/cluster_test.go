@@ -18,8 +18,8 @@ import (
 // serves every hash slot, through go-redis's cluster client. The server
 // refuses a script whose keys lie in different slots (CROSSSLOT), so every
 // fenced lock and semaphore call here shows that a key's hold, its
-// semaphore's values and its fence counter share a slot, for names that
-// bend the hash-tag rules too.
+// semaphore's values, its line of waiters and its fence counter share a
+// slot, for names that bend the hash-tag rules too.
 func TestCluster(t *testing.T) {
 	srv := redistest.Start(t, &redistest.Options{ExtraArgs: []string{
 		"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
@@ -66,8 +66,23 @@ func TestCluster(t *testing.T) {
 			if _, err := d.Holder(ctx, name); err != nil {
 				t.Errorf("Holder(%q, limit %d): %v", name, limit, err)
 			}
+			// A lock's line and its waiters' liveness keys share the slot.
+			w := backends.Request{Key: name, Token: "w", TTL: time.Minute, Fence: true, Waiter: "0000000000000001-w"}
+			if limit == 1 {
+				if _, err := d.Acquire(ctx, w); err != backends.ErrNotAcquired {
+					t.Errorf("Acquire(%q) by a waiter while held: %v", name, err)
+				}
+			}
 			if err := d.Release(ctx, name, "t"); err != nil {
 				t.Errorf("Release(%q, limit %d): %v", name, limit, err)
+			}
+			if limit == 1 {
+				if _, err := d.Acquire(ctx, w); err != nil {
+					t.Errorf("Acquire(%q) by the waiter the lock is kept for: %v", name, err)
+				}
+				if err := d.Release(ctx, name, "w"); err != nil {
+					t.Errorf("Release(%q) by the waiter: %v", name, err)
+				}
 			}
 		}
 	}

@@ -30,6 +30,7 @@ var capabilities = backends.Capabilities{
 	MaxLimit:       redisnode.MaxSetSize,
 	Fencing:        true,
 	TTLResolution:  time.Millisecond,
+	Ordered:        true,
 }
 
 // Driver is the single-instance Redis driver. It implements backends.Driver
@@ -80,7 +81,7 @@ func newDriver(client goredis.UniversalClient, opts *Options, owned bool) (*Driv
 }
 
 // Capabilities reports locks and semaphores of up to 4096 holders, with
-// fencing and 1 ms TTLs.
+// fencing, 1 ms TTLs, and a lock's waiters served in order.
 func (d *Driver) Capabilities() backends.Capabilities { return capabilities }
 
 // CheckTTL implements backends.Driver: the TTL rules of Capabilities.
@@ -93,6 +94,12 @@ func (d *Driver) CheckTTL(ttl time.Duration) error { return backends.CheckTTL(tt
 // ErrNotAcquired when the key is held (every slot taken), and the error of
 // backends.LimitMismatch when the key's live holds have another size (a
 // lock being size 1). Grant.TTL is req.TTL truncated to whole milliseconds.
+//
+// A lock's attempt refused with req.Waiter puts the waiter in the key's
+// line (a script after the SET NX, in the same call); once in line, its
+// attempts go to the script at once, which takes the lock when it is kept
+// for the waiter. A lock released is kept for the first live waiter in
+// line for a hand-over window (see package doc).
 func (d *Driver) Acquire(ctx context.Context, req backends.Request) (backends.Grant, error) {
 	if d.closed.Load() {
 		return backends.Grant{}, backends.ErrClosed
@@ -100,7 +107,7 @@ func (d *Driver) Acquire(ctx context.Context, req backends.Request) (backends.Gr
 	if err := backends.CheckRequest(req, capabilities); err != nil {
 		return backends.Grant{}, err
 	}
-	h := redisnode.Hold{Token: req.Token, Value: req.Value, TTL: req.TTL, Fence: req.Fence}
+	h := redisnode.Hold{Token: req.Token, Value: req.Value, TTL: req.TTL, Fence: req.Fence, Waiter: req.Waiter}
 	var fence uint64
 	var err error
 	if req.Limit > 1 {
@@ -131,8 +138,9 @@ func (d *Driver) Refresh(ctx context.Context, key, token string, ttl time.Durati
 
 // Release deletes the hold owned by token (a lock's key, or token's member
 // of a semaphore's holders) and publishes a release notice on the key's
-// channel. A hold that expired or belongs to another token is reported as
-// ErrNotHeld, and no other hold is touched.
+// channel; a lock is kept for the first live waiter in its line, if any,
+// for the hand-over window. A hold that expired or belongs to another
+// token is reported as ErrNotHeld, and no other hold is touched.
 func (d *Driver) Release(ctx context.Context, key, token string) error {
 	if d.closed.Load() {
 		return backends.ErrClosed
@@ -197,6 +205,12 @@ func (d *Driver) Close() error {
 	return d.closeErr
 }
 
-// Leave does nothing: this driver keeps no line of waiters
-// (Capabilities.Ordered is false).
-func (d *Driver) Leave(ctx context.Context, key, waiter string) error { return nil }
+// Leave takes waiter out of key's line; if the lock was kept for waiter,
+// it goes to the next live waiter in line (or is freed) and waiters are
+// told.
+func (d *Driver) Leave(ctx context.Context, key, waiter string) error {
+	if d.closed.Load() {
+		return backends.ErrClosed
+	}
+	return d.wrap(d.node.Leave(ctx, key, waiter))
+}

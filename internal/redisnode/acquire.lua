@@ -10,23 +10,45 @@
 -- ARGV[4]  "1" to draw a fencing token, "0" not to
 -- ARGV[5]  the seed step of a missing counter, in microseconds (see
 --          fence.lua)
+-- ARGV[6]  the waiter making the attempt, "" for none (a lock's only):
+--          refused, it joins the line (see hold.lua); granted, it leaves
+--          it; a lock kept for it, it takes
 --
 -- Returns -M when K is held with another limit M; 0 when the hold is
--- taken; otherwise the new fence counter when one was asked for, or 1.
+-- taken (or kept for another waiter); otherwise the new fence counter when
+-- one was asked for, or 1.
 local limit = tonumber(ARGV[3])
 local slot = KEYS[1] ~= KEYS[2]
+local w = ARGV[6] or ""
 -- A slot checks the key's limit before its SET NX; a lock's SET NX comes
 -- first, and only a refused one asks which limit holds the key.
 local held = slot and held_limit(KEYS[2])
 if held and held ~= limit then
 	return -held
 end
-if not redis.call("SET", KEYS[1], ARGV[1], "NX", "PX", ARGV[2]) then
-	held = held or held_limit(KEYS[2])
+if redis.call("SET", KEYS[1], ARGV[1], "NX", "PX", ARGV[2]) then
+	if w ~= "" and not slot then
+		line_leave(KEYS[2], w)
+	end
+else
+	local v
+	if slot then
+		held = held or held_limit(KEYS[2])
+	else
+		held, v = held_limit(KEYS[2])
+	end
 	if held and held ~= limit then
 		return -held
 	end
-	return 0
+	if w == "" or slot then
+		return 0
+	end
+	if v ~= "\r" .. w then
+		line_join(KEYS[2], w, tonumber(ARGV[2]))
+		return 0
+	end
+	redis.call("SET", KEYS[1], ARGV[1], "PX", ARGV[2])
+	line_leave(KEYS[2], w)
 end
 if slot then
 	if held then

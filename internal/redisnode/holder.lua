@@ -5,14 +5,18 @@
 --                                   (semaphore, see sem_common.lua)
 -- KEYS[2]  the holders' values      P{K}:values (semaphores only)
 --
--- Returns false (nil) when nobody holds the key; otherwise {value, pttl},
--- where pttl is the remaining time to live in ms. For a lock, value is the
+-- Returns false (nil) when nobody holds the key (a lock kept for a waiter
+-- is not held); otherwise {value, pttl}, where pttl is the remaining time
+-- to live in ms. For a lock, value is the
 -- part of the hold after its first "\n" ("" if none); for a semaphore, it
 -- is the value of the holder that expires last ("" if none) and pttl is
 -- that holder's.
 local kind = redis.call("TYPE", KEYS[1]).ok
 if kind == "string" then
 	local v = redis.call("GET", KEYS[1])
+	if string.sub(v, 1, 1) == "\r" then
+		return false
+	end
 	local ttl = redis.call("PTTL", KEYS[1])
 	local i = string.find(v, "\n", 1, true)
 	if i then

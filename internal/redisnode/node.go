@@ -4,9 +4,10 @@
 // the scripts are in docs/redis.md and docs/redlock.md.
 //
 // A Node makes one attempt per call and returns the client's errors as
-// they are; it keeps no state but its client and key prefix, and checks
-// the shape of keys and tokens, not the caller's policy (TTL bounds,
-// limits, closed drivers).
+// they are; it keeps no state but its client, its key prefix and a hint
+// of which waiters it put in a line (see waiting), and checks the shape of
+// keys and tokens, not the caller's policy (TTL bounds, limits, closed
+// drivers).
 package redisnode
 
 import (
@@ -41,6 +42,7 @@ type Node struct {
 	client  goredis.UniversalClient
 	prefix  string
 	cluster bool // client is a *goredis.ClusterClient: keys must not start with "}"
+	waiting waiting
 }
 
 // New returns a Node over client whose keys start with prefix
@@ -136,6 +138,9 @@ func checkToken(token string) error {
 	}
 	if strings.IndexByte(token, '\n') >= 0 {
 		return backends.Invalid("token", "contains a newline, which separates a hold's token from its value")
+	}
+	if token[0] == '\r' {
+		return backends.Invalid("token", "starts with a carriage return, which marks a lock kept for a waiter")
 	}
 	return nil
 }

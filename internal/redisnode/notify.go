@@ -10,6 +10,10 @@ import (
 	"github.com/dsync-dev/dsync/backends"
 )
 
+// releasedNotice is the message of a release that leaves the key free
+// (see release.lua); any other names the waiter the lock is kept for.
+const releasedNotice = "released"
+
 // unsubscribeTimeout bounds the UNSUBSCRIBE a Subscription.Close sends when
 // it was the channel's last watcher; Close has no context of its own.
 const unsubscribeTimeout = 2 * time.Second
@@ -51,7 +55,7 @@ func (n *Notifier) Watch(ctx context.Context, key string) (backends.Subscription
 	if err != nil {
 		return nil, err
 	}
-	s := &subscription{n: n, channel: channel, c: make(chan struct{}, 1)}
+	s := &subscription{n: n, key: key, channel: channel, c: make(chan struct{}, 1)}
 
 	n.subMu.Lock()
 	defer n.subMu.Unlock()
@@ -112,12 +116,19 @@ func (n *Notifier) Watch(ctx context.Context, key string) (backends.Subscription
 
 // dispatch hands each release message to the watchers of its channel,
 // without blocking: a watcher that has not taken the last notice yet has
-// nothing to gain from a second one.
+// nothing to gain from a second one. A lock kept for a waiter (the
+// message names it, see hold.lua) wakes the watchers of its key only
+// where that waiter was put in line from this node: nobody else can take
+// the lock meanwhile, and a crowd of refused attempts would only slow
+// the hand-over down.
 func (n *Notifier) dispatch(msgs <-chan *goredis.Message) {
 	defer n.wg.Done()
 	for m := range msgs {
 		n.mu.Lock()
 		for s := range n.watchers[m.Channel] {
+			if m.Payload != releasedNotice && !n.node.waiting.has(s.key, m.Payload) {
+				continue
+			}
 			select {
 			case s.c <- struct{}{}:
 			default:
@@ -179,6 +190,7 @@ func (n *Notifier) Close() {
 // subscription is one watcher of one key's release channel.
 type subscription struct {
 	n       *Notifier
+	key     string
 	channel string
 	c       chan struct{} // buffered(1): notices coalesce
 	once    sync.Once

@@ -25,6 +25,11 @@ type Hold struct {
 	// microseconds rounded down to a multiple of it (below 1µs: 1µs), so
 	// that Redlock nodes seeding it at nearly the same time start it equal.
 	SeedStep time.Duration
+	// Waiter names the blocking acquisition of a lock that the attempt
+	// belongs to (backends.Request.Waiter; checked by the caller), "" for
+	// none. Refused, the waiter joins the key's line for TTL; a lock kept
+	// for it, it takes. A slot ignores it.
+	Waiter string
 }
 
 // value is the hold as stored: the token, or token + "\n" + value.
@@ -43,9 +48,10 @@ func flag(b bool) string {
 }
 
 // Acquire makes one attempt to hold t. It returns the drawn fence counter
-// (0 unless h.Fence), ErrNotAcquired when t is held, or a *LimitError when
-// the key is held with another limit. Any other error leaves the outcome
-// unknown: Release the target to be sure.
+// (0 unless h.Fence), ErrNotAcquired when t is held (or a lock is kept for
+// another waiter), or a *LimitError when the key is held with another
+// limit. Any other error leaves the outcome unknown: Release the target to
+// be sure.
 func (n *Node) Acquire(ctx context.Context, t Target, h Hold) (uint64, error) {
 	hold, own, err := n.keys(t)
 	if err != nil {
@@ -54,18 +60,31 @@ func (n *Node) Acquire(ctx context.Context, t Target, h Hold) (uint64, error) {
 	if err := checkToken(h.Token); err != nil {
 		return 0, err
 	}
+	if hold != own {
+		h.Waiter = ""
+	}
 	ttl := h.TTL.Truncate(time.Millisecond)
-	if hold == own && !h.Fence {
-		// Nothing to draw and no marker to keep: a plain SET NX PX,
-		// several times cheaper for Redis than a script.
+	if hold == own && !h.Fence && !n.waiting.has(t.Key, h.Waiter) {
+		// Nothing to draw, no marker to keep and no place in line: a
+		// plain SET NX PX, several times cheaper for Redis than a script.
 		err := n.client.SetArgs(ctx, hold, h.value(), goredis.SetArgs{Mode: "NX", TTL: ttl}).Err()
-		if errors.Is(err, goredis.Nil) {
+		if !errors.Is(err, goredis.Nil) {
+			return 0, err
+		}
+		if h.Waiter == "" {
 			return 0, n.refusal(ctx, t, own)
 		}
-		return 0, err
+		// The script joins the line, or takes a lock kept for the waiter.
 	}
 	r, err := acquireScript.Run(ctx, n.client, []string{hold, own, fenceKey(n.prefix, own)},
-		h.value(), ttl.Milliseconds(), t.limit(), flag(h.Fence), max(h.SeedStep.Microseconds(), 1)).Int64()
+		h.value(), ttl.Milliseconds(), t.limit(), flag(h.Fence), max(h.SeedStep.Microseconds(), 1), h.Waiter).Int64()
+	if h.Waiter != "" && err == nil {
+		if r == 0 {
+			n.waiting.add(t.Key, h.Waiter)
+		} else {
+			n.waiting.done(t.Key, h.Waiter)
+		}
+	}
 	return verdict(t.Key, t.limit(), h.Fence, r, err)
 }
 
@@ -121,14 +140,31 @@ func (n *Node) Refresh(ctx context.Context, t Target, token string, ttl time.Dur
 
 // Release deletes token's hold of t, and only that, publishing a release
 // notice on the key's channel when notify is set (an attempt that failed
-// is withdrawn without one: it released nothing anybody waited for). A
-// hold that expired or belongs to another token is ErrNotHeld.
+// is withdrawn without one, unless the lock is handed on: it released
+// nothing anybody waited for). A lock is then kept for the first live
+// waiter in its line, for HandOver. A hold that expired or belongs to
+// another token is ErrNotHeld.
 func (n *Node) Release(ctx context.Context, t Target, token string, notify bool) error {
-	return n.run(ctx, releaseScript, t, token, flag(notify))
+	return n.run(ctx, releaseScript, t, token, flag(notify), HandOver.Milliseconds(), "", 0)
+}
+
+// Withdraw is Release, without notify, of attempt h on t after its round
+// failed, whose waiter goes back in the lock's line for h.TTL, where it
+// was, before the lock is handed on: a Redlock waiter that took the lock
+// kept for it on some nodes, but not a quorum, keeps its turn there.
+func (n *Node) Withdraw(ctx context.Context, t Target, h Hold) error {
+	if t.Slots != 0 {
+		h.Waiter = ""
+	}
+	err := n.run(ctx, releaseScript, t, h.Token, "0", HandOver.Milliseconds(), h.Waiter, h.TTL.Milliseconds())
+	if err == nil && h.Waiter != "" {
+		n.waiting.add(t.Key, h.Waiter)
+	}
+	return err
 }
 
 // run runs release.lua or refresh.lua on t: 1 done, 0 ErrNotHeld.
-func (n *Node) run(ctx context.Context, s *goredis.Script, t Target, token string, arg any) error {
+func (n *Node) run(ctx context.Context, s *goredis.Script, t Target, token string, args ...any) error {
 	hold, own, err := n.keys(t)
 	if err != nil {
 		return err
@@ -136,7 +172,7 @@ func (n *Node) run(ctx context.Context, s *goredis.Script, t Target, token strin
 	if err := checkToken(token); err != nil {
 		return err
 	}
-	r, err := s.Run(ctx, n.client, []string{hold, own, own + ":values"}, token, arg).Int64()
+	r, err := s.Run(ctx, n.client, []string{hold, own, own + ":values"}, append([]any{token}, args...)...).Int64()
 	if err == nil && r == 0 {
 		return backends.ErrNotHeld
 	}

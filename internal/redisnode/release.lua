@@ -7,19 +7,35 @@
 -- KEYS[3]  the holders' values      P{K}:values (single-server semaphores)
 -- ARGV[1]  the token
 -- ARGV[2]  "0" to withdraw a failed attempt without telling waiters (it
---          released nothing they were waiting for); otherwise publish on
---          P{K}:released, to which every waiter of K listens
+--          released nothing they were waiting for) unless the lock is
+--          kept for another waiter than its own; otherwise publish on
+--          P{K}:released, to which every waiter of K listens: "released",
+--          or the name of the waiter the lock is kept for
+-- ARGV[3]  the hand-over window of a lock, in ms (see hold.lua)
+-- ARGV[4]  the waiter of the attempt withdrawn, "" for none: it goes
+--          back in the lock's line, for ARGV[5] ms, before the lock is
+--          handed on (a failed Redlock round keeps its waiter's place)
 --
 -- Returns 1 when the hold was this token's and is now gone, 0 otherwise (a
 -- newer hold by another token, or another holder of a semaphore, is never
--- touched; expired holders of a semaphore are pruned).
+-- touched; expired holders of a semaphore are pruned). A lock's hold gone,
+-- the lock is kept for the first live waiter in its line, if any.
 local v = redis.pcall("GET", KEYS[1])
 local gone = 0
+local heir -- the waiter the lock is kept for
 if type(v) ~= "table" then
 	if v and hold_owned(v, ARGV[1]) then
-		redis.call("DEL", KEYS[1])
 		if KEYS[1] ~= KEYS[2] then
+			redis.call("DEL", KEYS[1])
 			marker_trim(KEYS[2])
+		else
+			if ARGV[4] ~= "" then
+				line_join(KEYS[2], ARGV[4], tonumber(ARGV[5]))
+			end
+			heir = line_hand(KEYS[2], tonumber(ARGV[3]))
+			if not heir then
+				redis.call("DEL", KEYS[1])
+			end
 		end
 		gone = 1
 	end
@@ -31,7 +47,9 @@ elseif redis.call("TYPE", KEYS[1]).ok == "zset" then
 	end
 	sem_settle(KEYS[1], KEYS[3], has)
 end
-if gone == 1 and ARGV[2] ~= "0" then
-	redis.call("PUBLISH", KEYS[2] .. ":released", "released")
+-- A withdrawn attempt whose waiter is first in line again is not woken:
+-- it comes back after its own delay, as after any failed attempt.
+if gone == 1 and (ARGV[2] ~= "0" or heir and heir ~= ARGV[4]) then
+	redis.call("PUBLISH", KEYS[2] .. ":released", heir or "released")
 end
 return gone

@@ -33,6 +33,8 @@ var (
 	holdsSrc string
 	//go:embed raise_fence.lua
 	raiseFenceSrc string
+	//go:embed leave.lua
+	leaveSrc string
 
 	acquireScript    = goredis.NewScript(fenceSrc + holdSrc + acquireSrc)
 	semAcquireScript = goredis.NewScript(fenceSrc + semCommonSrc + semAcquireSrc)
@@ -42,4 +44,5 @@ var (
 	holderScript     = goredis.NewScript(semCommonSrc + holderSrc)
 	holdsScript      = goredis.NewScript(holdsSrc)
 	raiseFenceScript = goredis.NewScript(raiseFenceSrc)
+	leaveScript      = goredis.NewScript(holdSrc + leaveSrc)
 )

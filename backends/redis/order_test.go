@@ -1,0 +1,293 @@
+package redis_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dsync-dev/dsync/backends"
+	"github.com/dsync-dev/dsync/backends/redis"
+	"github.com/dsync-dev/dsync/internal/redisnode"
+	"github.com/dsync-dev/dsync/internal/testenv/redistest"
+	"github.com/dsync-dev/dsync/internal/testenv/testutil"
+)
+
+// The line of waiters (issue 21), checked on separate drivers, as
+// separate processes would see it: every client has its own connections.
+
+// waiterName is a waiter's name as lease.NewWaiter draws it: 16 hex digits
+// of time, then a tag; i orders them.
+func waiterName(i int, tag string) string { return fmt.Sprintf("%016x-%s", 1000+i, tag) }
+
+// drivers returns n drivers over srv, each on a client of its own.
+func drivers(t *testing.T, srv *redistest.Server, n int) []*redis.Driver {
+	t.Helper()
+	out := make([]*redis.Driver, n)
+	for i := range out {
+		out[i], _ = newDriver(t, srv, nil)
+	}
+	return out
+}
+
+var tokens atomic.Int64
+
+// waiterReq is an attempt of waiter on key, fenced or not.
+func waiterReq(key, waiter string, fence bool) backends.Request {
+	return backends.Request{Key: key, Token: fmt.Sprintf("tok-%s-%d", waiter, tokens.Add(1)), TTL: 10 * time.Second, Fence: fence, Waiter: waiter}
+}
+
+func mustRefuse(t *testing.T, ctx context.Context, d backends.Driver, r backends.Request, what string) {
+	t.Helper()
+	if _, err := d.Acquire(ctx, r); err != backends.ErrNotAcquired {
+		t.Fatalf("%s: Acquire = %v, want ErrNotAcquired", what, err)
+	}
+}
+
+func mustGrant(t *testing.T, ctx context.Context, d backends.Driver, r backends.Request, what string) backends.Grant {
+	t.Helper()
+	g, err := d.Acquire(ctx, r)
+	if err != nil {
+		t.Fatalf("%s: Acquire = %v, want a grant", what, err)
+	}
+	return g
+}
+
+// TestWaitersServedInOrder: three waiters, refused in the order c, a, b,
+// are served a, b, c (their names' order) as each holder releases; while
+// the lock is kept for one of them, the others, and a lone attempt, are
+// refused; fencing tokens grow across every hand-over. Fenced and
+// unfenced (the unfenced lock's plain SET NX fast path).
+func TestWaitersServedInOrder(t *testing.T) {
+	for _, fence := range []bool{true, false} {
+		t.Run(fmt.Sprintf("fence=%v", fence), func(t *testing.T) {
+			srv := redistest.Start(t, nil)
+			ctx := testutil.Context(t)
+			ds := drivers(t, srv, 5)
+			key := testutil.UniqueKey(t)
+			names := []string{waiterName(1, "a"), waiterName(2, "b"), waiterName(3, "c")}
+
+			first := backends.Request{Key: key, Token: "holder", TTL: 10 * time.Second, Fence: fence}
+			g := mustGrant(t, ctx, ds[0], first, "the first holder")
+			for _, i := range []int{2, 0, 1} {
+				mustRefuse(t, ctx, ds[i+1], waiterReq(key, names[i], fence), "waiter "+names[i]+" while held")
+			}
+			holder, token := backends.Driver(ds[0]), first.Token
+			for i, w := range names {
+				if err := holder.Release(ctx, key, token); err != nil {
+					t.Fatalf("release before %s's turn: %v", w, err)
+				}
+				mustRefuse(t, ctx, ds[4], backends.Request{Key: key, Token: "lone", TTL: time.Second, Fence: fence}, "a lone attempt during "+w+"'s hand-over")
+				for j := len(names) - 1; j > i; j-- {
+					mustRefuse(t, ctx, ds[j+1], waiterReq(key, names[j], fence), names[j]+" during "+w+"'s hand-over")
+				}
+				r := waiterReq(key, w, fence)
+				next := mustGrant(t, ctx, ds[i+1], r, w+" in its turn")
+				if fence && next.Fence <= g.Fence {
+					t.Fatalf("%s's fencing token %d is not above the previous %d", w, next.Fence, g.Fence)
+				}
+				g, holder, token = next, ds[i+1], r.Token
+			}
+			if err := holder.Release(ctx, key, token); err != nil {
+				t.Fatal(err)
+			}
+			// The line is empty: the lock is free at once.
+			lone := mustGrant(t, ctx, ds[4], backends.Request{Key: key, Token: "lone", TTL: time.Second, Fence: fence}, "a lone attempt after the line")
+			if fence && lone.Fence <= g.Fence {
+				t.Fatalf("fencing token %d after the line is not above %d", lone.Fence, g.Fence)
+			}
+			_ = ds[4].Release(ctx, key, "lone")
+			if keys := srv.NewClient(t).Keys(ctx, "*"+key+"*").Val(); len(keys) != 0 {
+				t.Errorf("left behind after every waiter was served: %v", keys)
+			}
+		})
+	}
+}
+
+// TestReservationIgnoredByHolder: a lock kept for a waiter is not held:
+// Holder says ErrNotHeld, and neither Refresh nor Release of any token
+// touches it.
+func TestReservationIgnoredByHolder(t *testing.T) {
+	srv := redistest.Start(t, nil)
+	ctx := testutil.Context(t)
+	ds := drivers(t, srv, 2)
+	key := testutil.UniqueKey(t)
+	mustGrant(t, ctx, ds[0], backends.Request{Key: key, Token: "holder", Value: []byte("v"), TTL: 10 * time.Second, Fence: true}, "holder")
+	w := waiterName(1, "w")
+	mustRefuse(t, ctx, ds[1], waiterReq(key, w, true), "waiter")
+	if err := ds[0].Release(ctx, key, "holder"); err != nil {
+		t.Fatal(err)
+	}
+	if info, err := ds[0].Holder(ctx, key); !errors.Is(err, backends.ErrNotHeld) {
+		t.Fatalf("Holder of a lock kept for a waiter = %+v, %v; want ErrNotHeld", info, err)
+	}
+	for _, tok := range []string{"holder", "\r" + w, w} {
+		if err := ds[0].Refresh(ctx, key, tok, time.Second); err == nil {
+			t.Errorf("Refresh(%q) of a lock kept for a waiter succeeded", tok)
+		}
+		if err := ds[0].Release(ctx, key, tok); err == nil {
+			t.Errorf("Release(%q) of a lock kept for a waiter succeeded", tok)
+		}
+	}
+	mustGrant(t, ctx, ds[1], waiterReq(key, w, true), "the waiter, still in its window")
+}
+
+// TestHandOverWindowLapses: a waiter that does not come within the
+// hand-over window loses its turn: the lock is free for anyone.
+func TestHandOverWindowLapses(t *testing.T) {
+	srv := redistest.Start(t, nil)
+	ctx := testutil.Context(t)
+	ds := drivers(t, srv, 3)
+	key := testutil.UniqueKey(t)
+	mustGrant(t, ctx, ds[0], backends.Request{Key: key, Token: "holder", TTL: 10 * time.Second}, "holder")
+	mustRefuse(t, ctx, ds[1], waiterReq(key, waiterName(1, "slow"), false), "slow waiter")
+	if err := ds[0].Release(ctx, key, "holder"); err != nil {
+		t.Fatal(err)
+	}
+	mustRefuse(t, ctx, ds[2], backends.Request{Key: key, Token: "lone", TTL: time.Second}, "a lone attempt in the window")
+	time.Sleep(redisnode.HandOver + 20*time.Millisecond)
+	mustGrant(t, ctx, ds[2], backends.Request{Key: key, Token: "lone", TTL: time.Second}, "a lone attempt after the window")
+}
+
+// TestDeadWaiterSkipped: a waiter whose place lapsed (its TTL passed with
+// no attempt: its process died) no longer holds up the hand-over, which
+// goes to the next live waiter.
+func TestDeadWaiterSkipped(t *testing.T) {
+	srv := redistest.Start(t, nil)
+	ctx := testutil.Context(t)
+	ds := drivers(t, srv, 3)
+	key := testutil.UniqueKey(t)
+	mustGrant(t, ctx, ds[0], backends.Request{Key: key, Token: "holder", TTL: 10 * time.Second, Fence: true}, "holder")
+	dead := waiterReq(key, waiterName(1, "dead"), true)
+	dead.TTL = 30 * time.Millisecond
+	mustRefuse(t, ctx, ds[1], dead, "the waiter that dies")
+	live := waiterName(2, "live")
+	mustRefuse(t, ctx, ds[2], waiterReq(key, live, true), "the live waiter")
+	time.Sleep(dead.TTL + 20*time.Millisecond)
+	if err := ds[0].Release(ctx, key, "holder"); err != nil {
+		t.Fatal(err)
+	}
+	mustGrant(t, ctx, ds[2], waiterReq(key, live, true), "the live waiter behind a dead one")
+}
+
+// TestLeavePassesReservation: a waiter that leaves while the lock is kept
+// for it passes it to the next waiter in line; one that leaves from
+// further back just loses its place; the last to leave frees the lock.
+func TestLeavePassesReservation(t *testing.T) {
+	srv := redistest.Start(t, nil)
+	ctx := testutil.Context(t)
+	ds := drivers(t, srv, 4)
+	key := testutil.UniqueKey(t)
+	mustGrant(t, ctx, ds[0], backends.Request{Key: key, Token: "holder", TTL: 10 * time.Second, Fence: true}, "holder")
+	a, b, c := waiterName(1, "a"), waiterName(2, "b"), waiterName(3, "c")
+	for i, w := range []string{a, b, c} {
+		mustRefuse(t, ctx, ds[i+1], waiterReq(key, w, true), w)
+	}
+	if err := ds[2].Leave(ctx, key, b); err != nil {
+		t.Fatalf("Leave from the middle of the line: %v", err)
+	}
+	if err := ds[0].Release(ctx, key, "holder"); err != nil {
+		t.Fatal(err)
+	}
+	mustRefuse(t, ctx, ds[3], waiterReq(key, c, true), "c while the lock is kept for a")
+	if err := ds[1].Leave(ctx, key, a); err != nil {
+		t.Fatalf("Leave with the lock kept for it: %v", err)
+	}
+	mustRefuse(t, ctx, ds[0], backends.Request{Key: key, Token: "lone", TTL: time.Second, Fence: true}, "a lone attempt once a passed the lock to c")
+	if err := ds[3].Leave(ctx, key, c); err != nil {
+		t.Fatal(err)
+	}
+	mustGrant(t, ctx, ds[0], backends.Request{Key: key, Token: "lone", TTL: time.Second, Fence: true}, "a lone attempt once everyone left")
+	if err := ds[0].Leave(ctx, key, "Bad"); !errors.Is(err, backends.ErrInvalid) {
+		t.Errorf("Leave with an invalid waiter name = %v, want ErrInvalid", err)
+	}
+}
+
+// TestSemaphoreKeepsNoLine: a semaphore's attempts ignore Waiter: a full
+// one leaves no line behind, and a release frees the slot for anyone.
+func TestSemaphoreKeepsNoLine(t *testing.T) {
+	srv := redistest.Start(t, nil)
+	ctx := testutil.Context(t)
+	ds := drivers(t, srv, 3)
+	key := testutil.UniqueKey(t)
+	sem := func(tok, waiter string) backends.Request {
+		return backends.Request{Key: key, Token: tok, TTL: 10 * time.Second, Limit: 2, Fence: true, Waiter: waiter}
+	}
+	mustGrant(t, ctx, ds[0], sem("s0", ""), "slot 1")
+	mustGrant(t, ctx, ds[0], sem("s1", ""), "slot 2")
+	mustRefuse(t, ctx, ds[1], sem("w1", waiterName(1, "w")), "a waiter on a full semaphore")
+	for _, k := range srv.NewClient(t).Keys(ctx, "*"+key+"*").Val() {
+		if strings.Contains(k, ":line") || strings.Contains(k, ":w:") {
+			t.Errorf("a semaphore's refusal left a line behind: %s", k)
+		}
+	}
+	if err := ds[0].Release(ctx, key, "s0"); err != nil {
+		t.Fatal(err)
+	}
+	mustGrant(t, ctx, ds[2], sem("lone", ""), "a lone attempt on a freed slot")
+}
+
+// TestNoticeWakesTheHeir: a release that keeps the lock for a waiter
+// wakes the watchers of the driver that put that waiter in line, not the
+// others (they would be refused); a release with nobody in line wakes
+// everyone.
+func TestNoticeWakesTheHeir(t *testing.T) {
+	srv := redistest.Start(t, nil)
+	ctx := testutil.Context(t)
+	ds := drivers(t, srv, 3)
+	key := testutil.UniqueKey(t)
+	mustGrant(t, ctx, ds[0], backends.Request{Key: key, Token: "holder", TTL: 10 * time.Second, Fence: true}, "holder")
+	a, b := waiterName(1, "a"), waiterName(2, "b")
+	mustRefuse(t, ctx, ds[1], waiterReq(key, a, true), "a")
+	mustRefuse(t, ctx, ds[2], waiterReq(key, b, true), "b")
+	subs := make([]backends.Subscription, len(ds))
+	for i, d := range ds {
+		s, err := d.WatchReleases(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		subs[i] = s
+	}
+	// A SUBSCRIBE is only written when WatchReleases returns: a PING on
+	// the shared connection's server orders nothing, so wait for the
+	// server to count the three watchers' one subscription each.
+	admin := srv.NewClient(t)
+	channel := "dsync:{" + key + "}:released"
+	testutil.Eventually(t, 5*time.Second, "the subscriptions", func() bool {
+		return admin.PubSubNumSub(ctx, channel).Val()[channel] == 3
+	})
+	woken := func(i int, within time.Duration) bool {
+		select {
+		case <-subs[i].C():
+			return true
+		case <-time.After(within):
+			return false
+		}
+	}
+	if err := ds[0].Release(ctx, key, "holder"); err != nil {
+		t.Fatal(err)
+	}
+	if !woken(1, 5*time.Second) {
+		t.Fatal("the heir's driver was not woken")
+	}
+	if woken(2, 100*time.Millisecond) {
+		t.Error("a release that kept the lock for a woke b, who is behind a")
+	}
+	r := waiterReq(key, a, true)
+	mustGrant(t, ctx, ds[1], r, "a in its turn")
+	if err := ds[1].Leave(ctx, key, b); err != nil { // b gives up: the line is empty
+		t.Fatal(err)
+	}
+	if err := ds[1].Release(ctx, key, r.Token); err != nil {
+		t.Fatal(err)
+	}
+	for i := range ds {
+		if !woken(i, 5*time.Second) {
+			t.Errorf("driver %d not woken by a release that left the lock free", i)
+		}
+	}
+}

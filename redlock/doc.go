@@ -15,25 +15,16 @@
 // round. A semaphore attempt makes a round per slot until one is won.
 // Release and Refresh are one parallel round; every call returns when its
 // context ends, and the requests still out finish in the background within
-// the per-node timeout. Nothing is logged unless Options.Logger is set:
-// a master that is down is reported through errors, and the masters'
-// clients give go-redis's process-wide logger no failed dial to print.
+// the per-node timeout. Nothing is logged unless Options.Logger is set.
 //
-// Waiters of a lock are served in order across processes
-// (Capabilities.Ordered): each master keeps a line of the waiters it
-// refused, by the time of their Acquire call (the clients' clocks, so
-// the lines agree), and keeps a released lock for its first live waiter
-// for a short hand-over window (50 ms), refusing everyone else meanwhile.
-// A waiter that takes it on some masters but not a quorum withdraws and
-// keeps its turn there; one that does not come within the window (slow,
-// or dead) loses it, and the lock is free for anyone until the next
-// release (bounded barging). Clocks that disagree by d may serve waiters
-// out of order within d. Semaphores keep no line.
+// Waiters of a lock are served in order of their Acquire calls, across
+// processes, with bounded barging (docs/redlock.md, "Waiters in order").
 //
 // What is left behind: a failed lock attempt is withdrawn from every node
 // (a semaphore's slot from every node that may hold it), and a hold whose
-// reply lands after the attempt was decided is withdrawn when it arrives; holds on a node cut off expire after their
-// TTL. Fence counters stay on the nodes. Close awaits every goroutine.
+// reply lands after the attempt was decided is withdrawn when it arrives;
+// holds on a node cut off expire after their TTL. Fence counters stay on
+// the nodes. Close awaits every goroutine.
 //
 // The algorithm, the key layout and the safety arguments are in
 // docs/redlock.md.

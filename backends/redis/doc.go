@@ -3,8 +3,7 @@
 // Sentinel-managed primary or a Redis Cluster, with fencing tokens and
 // release notices over pub/sub.
 //
-// Open it by URL after a blank import, which registers redis:// and
-// rediss://:
+// Open it by URL after a blank import (redis:// and rediss://):
 //
 //	import _ "github.com/dsync-dev/dsync/backends/redis"
 //
@@ -19,30 +18,20 @@
 // hold twice and repeat fencing tokens; expiry follows the server's clock.
 // For locks that survive the loss of a server, use package redlock.
 //
-// Waiters are served in order across processes (Capabilities.Ordered):
-// a blocking Acquire's attempts name its waiter, and a refused one keeps
-// the waiter's place in the key's line, by arrival, for the lock's TTL. A
-// released lock is kept for the first live waiter in line for a short
-// hand-over window (50 ms), during which every other attempt, TryAcquire
-// included, is refused, and the release notice wakes that waiter. The
-// barging this leaves is bounded: a waiter that does not come within the
-// window (slow, or dead) loses its turn, the lock is free for anyone, and
-// the waiter counts again from its next attempt, at its old place; a
-// waiter that died stops counting after its TTL at most. Semaphores keep
-// no line.
+// Waiters of a lock are served in order of their Acquire calls, across
+// processes, with bounded barging (see docs/redis.md, "Waiters in order").
+// Semaphores keep no line.
 //
 // What blocks: each method makes one round trip (two for a refused
 // unfenced lock), bounded by its context; a URL-opened client never
 // retries on its own. WatchReleases dials one shared pub/sub connection.
 //
-// Nothing is logged: a URL-opened client reports a server it cannot reach
-// through errors and gives go-redis's process-wide logger (redis.SetLogger,
-// the application's) no failed dial to print. A client passed to New logs
-// as its application configured go-redis.
+// Nothing is logged: a client opened from a URL reports through errors
+// only; a client passed to New logs as its application set go-redis.
 //
 // What is left behind: holds and places in line expire on the server;
-// each Cluster hash slot keeps one fence counter per prefix, forever. Close stops the pub/sub
-// connection and closes a client opened from a URL.
+// each Cluster hash slot keeps one fence counter per prefix, forever.
+// Close stops the pub/sub connection and closes a client opened from a URL.
 //
 // The key layout, the scripts and the reasoning are in docs/redis.md.
 package redis

@@ -19,10 +19,13 @@ type attempt struct {
 	limit int              // req.Limit, at least 1
 	lk    string           // the lock key of req.Key
 	sp    string           // the prefix of req.Key's permits: lk + "/"
+	lp    string           // a lock's line of waiters: linePrefix(lk)
+	wk    string           // the waiter's key in the line; "" for a lone attempt
 	hk    string           // the hold's key: lk, or a permit key below sp
 	val   string           // the hold's stored value
 	lease clientv3.LeaseID // no other key is on it
 	secs  int64            // the TTL requested, in whole seconds
+	start time.Time        // when the lease was last renewed or granted, or before
 }
 
 // Acquire makes one attempt to hold req.Key: a lock when req.Limit is 0 or
@@ -61,8 +64,24 @@ func (d *Driver) Acquire(ctx context.Context, req backends.Request) (backends.Gr
 		return backends.Grant{}, err
 	}
 	a := attempt{req: req, limit: max(req.Limit, 1), lk: lk, sp: lk + "/", secs: secs}
+	if a.limit == 1 {
+		a.lp = linePrefix(lk)
+		if req.Waiter != "" {
+			a.wk = a.lp + req.Waiter
+		}
+	}
 	ctx, cancel := d.bound(ctx)
 	defer cancel()
+	if a.wk != "" {
+		// A waiter in line attempts on the lease its key is on. One with
+		// another TTL (not from lease's Acquire) moves its key to a new
+		// lease, and the old one expires.
+		if w, ok := d.pool.leave(a.wk); ok && w.secs == secs {
+			if g, err, done := d.acquireInLine(ctx, a, w); done {
+				return g, err
+			}
+		}
+	}
 	if id, ok := d.pool.take(secs); ok {
 		g, err := d.acquireOn(ctx, a, id, 0)
 		if !errors.Is(err, errIdleExpired) {
@@ -78,6 +97,28 @@ func (d *Driver) Acquire(ctx context.Context, req backends.Request) (backends.Gr
 	return d.acquireOn(ctx, a, resp.ID, resp.TTL)
 }
 
+// acquireInLine is the attempt a of a waiter already in line, w: a peek
+// first unless the waiter was at the head at its last look, then the
+// acquiring transaction on w's lease. done is false when w's lease has
+// expired, with nothing written: the caller makes the attempt on another.
+func (d *Driver) acquireInLine(ctx context.Context, a attempt, w *waiting) (g backends.Grant, err error, done bool) {
+	if w.ahead > 0 {
+		ok, lost, err := d.peek(ctx, a, w)
+		if lost {
+			return backends.Grant{}, nil, false
+		}
+		if !ok {
+			d.pool.wait(a.wk, w) // nothing was written
+			return backends.Grant{}, err, true
+		}
+	}
+	g, err = d.acquireOn(ctx, a, w.lease, 0)
+	if errors.Is(err, errIdleExpired) {
+		return backends.Grant{}, nil, false
+	}
+	return g, err, true
+}
+
 // errIdleExpired: an idle lease expired before the attempt that took it
 // used it; the attempt wrote nothing.
 var errIdleExpired = errors.New("etcd: idle lease expired")
@@ -87,7 +128,7 @@ var errIdleExpired = errors.New("etcd: idle lease expired")
 // with the transaction: either way the lease lives a full TTL from the
 // call's start.
 func (d *Driver) acquireOn(ctx context.Context, a attempt, id clientv3.LeaseID, ttl int64) (backends.Grant, error) {
-	a.lease = id
+	a.lease, a.start = id, time.Now()
 	if a.limit == 1 {
 		a.hk, a.val = a.lk, encodeValue(a.req.Token, a.req.Value)
 	} else {
@@ -134,16 +175,34 @@ func (d *Driver) acquireOn(ctx context.Context, a attempt, id clientv3.LeaseID, 
 // txnAcquire is the acquisition's transaction.
 func (d *Driver) txnAcquire(ctx context.Context, a attempt) (*clientv3.TxnResponse, error) {
 	txn := d.client.Txn(ctx)
-	if a.limit == 1 {
+	switch {
+	case a.limit == 1 && a.wk == "": // a lone attempt: only if nobody waits
 		txn = txn.If(
 			clientv3.Compare(clientv3.CreateRevision(a.lk), "=", 0),
 			clientv3.Compare(clientv3.CreateRevision(a.sp), "=", 0).WithPrefix(), // no permit of the name
+			clientv3.Compare(clientv3.CreateRevision(a.lp), "=", 0).WithPrefix(), // nobody in line
 		).Then(
 			clientv3.OpPut(a.lk, a.val, clientv3.WithLease(a.lease)),
 		).Else(
 			clientv3.OpGet(a.sp, clientv3.WithFirstCreate()...),
 		)
-	} else {
+	case a.limit == 1: // a waiter: only if nobody is ahead; else join
+		txn = txn.If(
+			clientv3.Compare(clientv3.CreateRevision(a.lk), "=", 0),
+			clientv3.Compare(clientv3.CreateRevision(a.sp), "=", 0).WithPrefix(),
+			// Holds for an empty range: nobody ahead.
+			clientv3.Compare(clientv3.CreateRevision(a.lp), "=", 0).WithRange(a.wk),
+		).Then(
+			clientv3.OpPut(a.lk, a.val, clientv3.WithLease(a.lease)),
+			clientv3.OpDelete(a.wk),
+		).Else(
+			clientv3.OpGet(a.sp, clientv3.WithFirstCreate()...),
+			// A put keeps the key's create revision; the line's order is
+			// the keys' anyway.
+			clientv3.OpPut(a.wk, "", clientv3.WithLease(a.lease)),
+			clientv3.OpGet(a.lp, clientv3.WithRange(a.wk), clientv3.WithCountOnly()),
+		)
+	default:
 		txn = txn.If(
 			clientv3.Compare(clientv3.CreateRevision(a.hk), "=", 0),
 			clientv3.Compare(clientv3.CreateRevision(a.lk), "=", 0), // the name is no lock's
@@ -171,11 +230,21 @@ func (d *Driver) lockOutcome(ctx context.Context, a attempt, tr *clientv3.TxnRes
 	if tr.Succeeded {
 		return nil
 	}
-	d.idle(ctx, a) // nothing was written
+	if a.wk == "" {
+		d.idle(ctx, a) // nothing was written
+	}
 	if kvs := tr.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
 		if _, limit, _, ok := decodePermitValue(kvs[0].Value); ok {
+			if a.wk != "" {
+				d.revoke(ctx, a.lease) // and with it the waiter's key
+			}
 			return backends.LimitMismatch(a.req.Key, 1, limit)
 		}
+	}
+	if a.wk != "" {
+		// The waiter's key is on the lease now: it keeps both.
+		ahead := tr.Responses[2].GetResponseRange().GetCount()
+		d.pool.wait(a.wk, &waiting{lease: a.lease, secs: a.secs, renewed: a.start, ahead: ahead})
 	}
 	d.notify.refused(a.lk, tr.Header.Revision, nil)
 	return backends.ErrNotAcquired

@@ -189,7 +189,3 @@ func (d *Driver) holderTTL(ctx context.Context, value []byte, lease int64) (back
 	info.TTL = time.Duration(ttl.TTL) * time.Second
 	return info, nil
 }
-
-// Leave does nothing: this driver keeps no line of waiters
-// (Capabilities.Ordered is false).
-func (d *Driver) Leave(ctx context.Context, key, waiter string) error { return nil }

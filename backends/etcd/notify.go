@@ -17,7 +17,7 @@ const (
 	// failing cannot spin.
 	rewatchDelay = 100 * time.Millisecond
 	// startWait is how long a new watch waits for an attempt on its key to
-	// fail and tell it the revision to start from.
+	// fail and tell it the revision from which the subscribers wait.
 	startWait = 100 * time.Millisecond
 )
 
@@ -46,7 +46,7 @@ type keyWatch struct {
 	key    string // its lock key; its permits live below key+"/"
 	cancel context.CancelFunc
 	done   chan struct{} // closed when run returns
-	start  chan int64    // buffered(1): the revision of a failed attempt
+	start  chan int64    // buffered(1): the revision of a refused attempt
 
 	mu   sync.Mutex // protects the fields below
 	subs map[*subscription]struct{}
@@ -63,13 +63,15 @@ type keyWatch struct {
 // once an attempt of this driver has found the semaphore full, only the
 // deletion of one of the holders it saw counts (until the next attempt).
 //
-// It returns at once, and the watch starts in the background, just after
-// the revision at which the next attempt on key finds it held or full (or,
-// if no attempt fails within 100 ms, after the highest revision the driver
-// has seen). It misses no deletion after that revision, and etcd serves it
-// from its synced path, as events happen: a watch from an older revision
-// waits for etcd's catch-up loop, which runs every 100 ms, and that is what
-// slows etcd's own Mutex down under contention. Subscriptions of one key
+// It returns at once, and the watch starts in the background, at the
+// revision at which etcd creates it, so that etcd serves it from its
+// synced path, as events happen: a watch from an older revision waits for
+// etcd's catch-up loop, which runs every 100 ms, and that is what slows
+// etcd's own Mutex down under contention. When the next attempt on key
+// found it held or full before the watch was created (or none did within
+// 100 ms), the subscriptions get one notice, since a release may have
+// happened in between; no deletion after that attempt is missed.
+// Subscriptions of one key
 // share one watch of the driver's (two etcd watches: the lock key and the
 // semaphore's prefix). The caller must Close the subscription; closing the
 // driver ends it too. Its channel is never closed.
@@ -115,15 +117,7 @@ func (w *keyWatch) run(ctx context.Context) {
 	defer w.n.wg.Done()
 	defer close(w.done)
 	d := w.n.d
-	var rev int64
-	select {
-	case r := <-w.start:
-		rev = r + 1
-	case <-time.After(startWait):
-		rev = d.rev.Load() + 1
-	case <-ctx.Done():
-		return
-	}
+	var rev int64 // 0: from the revision at which the watch is created
 	for {
 		rev = w.watchFrom(ctx, rev)
 		if ctx.Err() != nil || d.client.Ctx().Err() != nil {
@@ -140,15 +134,39 @@ func (w *keyWatch) run(ctx context.Context) {
 // watchFrom watches the lock key and the semaphore prefix from rev until
 // either watch ends, and returns the revision to resume both from. The two
 // share the client's watch stream.
+//
+// With rev 0, the watches start at the revision at which etcd creates
+// them, so that etcd serves them from its synced path at once; a watch
+// from an older revision waits for etcd's catch-up loop, which runs every
+// 100 ms, and that is what slows etcd's own Mutex down under contention.
+// The deletions between the first refused attempt of the subscribers and
+// the watches' creation are not reported one by one: when the attempt
+// (see refused) came before the creation, or none came within startWait,
+// the subscribers get one notice, which may be spurious.
 func (w *keyWatch) watchFrom(ctx context.Context, rev int64) int64 {
 	d := w.n.d
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	opts := []clientv3.OpOption{clientv3.WithFilterPut()}
+	if rev != 0 {
+		opts = append(opts, clientv3.WithRev(rev))
+	} else {
+		opts = append(opts, clientv3.WithCreatedNotify())
+	}
 	chans := [2]clientv3.WatchChan{
-		d.client.Watch(wctx, w.key, clientv3.WithRev(rev), clientv3.WithFilterPut()),
-		d.client.Watch(wctx, w.key+"/", clientv3.WithPrefix(), clientv3.WithRev(rev), clientv3.WithFilterPut()),
+		d.client.Watch(wctx, w.key, opts...),
+		d.client.Watch(wctx, w.key+"/", append(opts, clientv3.WithPrefix())...),
 	}
 	next := [2]int64{rev, rev}
+	// While the watches start from their creation: how many are still to
+	// be created, then the first refused attempt's revision, awaited.
+	creating := 0
+	var created int64 // the highest creation revision
+	var start <-chan int64
+	var startTimer <-chan time.Time
+	if rev == 0 {
+		creating = len(chans)
+	}
 	for open := len(chans); open > 0; {
 		var (
 			i    int
@@ -159,11 +177,30 @@ func (w *keyWatch) watchFrom(ctx context.Context, rev int64) int64 {
 		case resp, ok = <-chans[0]:
 		case resp, ok = <-chans[1]:
 			i = 1
+		case r := <-start:
+			start, startTimer = nil, nil
+			if r < created {
+				w.notify()
+			}
+			continue
+		case <-startTimer:
+			start, startTimer = nil, nil
+			w.notify()
+			continue
 		}
 		if !ok {
 			chans[i] = nil
 			open--
 			cancel() // one ended: end the other, and start both again
+			continue
+		}
+		if resp.Created && creating > 0 {
+			d.seen(resp.Header)
+			next[i] = resp.Header.Revision + 1
+			created = max(created, resp.Header.Revision)
+			if creating--; creating == 0 {
+				start, startTimer = w.start, time.After(startWait)
+			}
 			continue
 		}
 		if resp.CompactRevision != 0 {
@@ -187,6 +224,12 @@ func (w *keyWatch) watchFrom(ctx context.Context, rev int64) int64 {
 				w.notify()
 			}
 		}
+	}
+	if next[0] == 0 || next[1] == 0 {
+		// Ended before it was created: resume from where the driver is,
+		// and tell the subscribers to look for themselves.
+		w.notify()
+		return d.rev.Load() + 1
 	}
 	return min(next[0], next[1])
 }

@@ -102,9 +102,10 @@ func (d *Driver) Acquire(ctx context.Context, req backends.Request) (backends.Gr
 // acquiring transaction on w's lease. done is false when w's lease has
 // expired, with nothing written: the caller makes the attempt on another.
 func (d *Driver) acquireInLine(ctx context.Context, a attempt, w *waiting) (g backends.Grant, err error, done bool) {
-	if w.ahead > 0 {
+	if !w.head() {
 		ok, lost, err := d.peek(ctx, a, w)
 		if lost {
+			d.notify.outOfLine(a.lk, a.wk)
 			return backends.Grant{}, nil, false
 		}
 		if !ok {
@@ -114,6 +115,7 @@ func (d *Driver) acquireInLine(ctx context.Context, a attempt, w *waiting) (g ba
 	}
 	g, err = d.acquireOn(ctx, a, w.lease, 0)
 	if errors.Is(err, errIdleExpired) {
+		d.notify.outOfLine(a.lk, a.wk)
 		return backends.Grant{}, nil, false
 	}
 	return g, err, true
@@ -152,8 +154,12 @@ func (d *Driver) acquireOn(ctx context.Context, a attempt, id clientv3.LeaseID, 
 		}
 	}
 	if err != nil {
-		// Revoking the lease undoes the transaction if it was applied.
+		// Revoking the lease undoes the transaction if it was applied,
+		// and takes a waiter's key out of the line.
 		d.revoke(ctx, a.lease)
+		if a.wk != "" {
+			d.notify.outOfLine(a.lk, a.wk)
+		}
 		return backends.Grant{}, d.wrap(err)
 	}
 	if a.limit > 1 {
@@ -163,6 +169,9 @@ func (d *Driver) acquireOn(ctx context.Context, a attempt, id clientv3.LeaseID, 
 	}
 	if err != nil {
 		return backends.Grant{}, err
+	}
+	if a.wk != "" {
+		d.notify.outOfLine(a.lk, a.wk)
 	}
 	d.pool.hold(a.req.Key, a.req.Token, heldLease{lease: id, secs: a.secs, key: a.hk, rev: tr.Header.Revision})
 	g := backends.Grant{TTL: time.Duration(ttl) * time.Second}
@@ -237,14 +246,19 @@ func (d *Driver) lockOutcome(ctx context.Context, a attempt, tr *clientv3.TxnRes
 		if _, limit, _, ok := decodePermitValue(kvs[0].Value); ok {
 			if a.wk != "" {
 				d.revoke(ctx, a.lease) // and with it the waiter's key
+				d.notify.outOfLine(a.lk, a.wk)
 			}
 			return backends.LimitMismatch(a.req.Key, 1, limit)
 		}
 	}
 	if a.wk != "" {
 		// The waiter's key is on the lease now: it keeps both.
-		ahead := tr.Responses[2].GetResponseRange().GetCount()
-		d.pool.wait(a.wk, &waiting{lease: a.lease, secs: a.secs, renewed: a.start, ahead: ahead})
+		w := &waiting{lease: a.lease, secs: a.secs, renewed: a.start}
+		w.looked(tr.Responses[2].GetResponseRange().GetCount(), tr.Header.Revision)
+		d.pool.wait(a.wk, w)
+		d.notify.refused(a.lk, tr.Header.Revision, nil)
+		d.notify.inLine(a.lk, a.wk, w)
+		return backends.ErrNotAcquired
 	}
 	d.notify.refused(a.lk, tr.Header.Revision, nil)
 	return backends.ErrNotAcquired

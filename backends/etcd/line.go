@@ -2,6 +2,7 @@ package etcd
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -14,7 +15,7 @@ import (
 // that a lock refused has a key below linePrefix(lk), named after it, so
 // that etcd's key order is the order of the waiters' names, which is their
 // arrival order. A key is on a lease of its waiter's (the lease its next
-// attempt holds the lock on), which every attempt renews: a waiter that
+// attempt holds the lock on), which its attempts renew: a waiter that
 // stops attempting, its process dead, loses its place within the lease's
 // TTL. The lock is free for a waiter only when no key of the line sorts
 // before its own, and for a lone attempt only when the line is empty: one
@@ -22,22 +23,58 @@ import (
 // key. A release thus goes to the head of the line, and a releaser who asks
 // again joins at the back.
 //
-// A waiter that is not at the head does not write on each wake-up: once
-// in line, it peeks first (one linearizable read, and a renewal of its
-// lease when a third of the TTL has passed) and writes only when the lock
-// is free and nobody is ahead of it, or when its key is gone.
+// Only the head writes. A waiter counts the waiters ahead of it at each
+// look (a refused transaction, or a peek: one linearizable read), and the
+// release watch counts down as their keys are deleted (notify.go). A
+// waiter with someone ahead peeks before it writes, and its process is not
+// woken by a release, only by the deletion that makes it the head, so
+// that a release wakes one process, and the head's wake-up costs one
+// write.
 
-// linePrefix is the prefix of the line of the lock whose key is lk. No
-// other lock's key and no permit key starts with it: an escaped name has
-// no "/", and no "%" but in "%25" and "%2F".
-func linePrefix(lk string) string { return lk + "%q/" }
+// linePrefix is the prefix of the line of the lock whose key is lk: lk
+// and a NUL byte, which no key has (backends.CheckKey), so that no other
+// lock's key nor any permit key starts with it, and so that one watch of
+// [lk, lk+"\x01") sees the lock key and its line, in revision order.
+func linePrefix(lk string) string { return lk + "\x00" }
 
 // waiting is what the driver knows of one of its waiters in a line.
 type waiting struct {
 	lease   clientv3.LeaseID // its line key is on it, and no other key
 	secs    int64            // the lease's requested TTL
 	renewed time.Time        // when its last renewal was sent
-	ahead   int64            // waiters ahead of it at the last look
+
+	mu    sync.Mutex // protects the fields below, which the release watch updates
+	ahead int64      // waiters ahead of it: counted at rev, less deletions since
+	rev   int64
+}
+
+// looked records that ahead waiters were ahead at revision rev.
+func (w *waiting) looked(ahead, rev int64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if rev >= w.rev {
+		w.ahead, w.rev = ahead, rev
+	}
+}
+
+// passed records the deletion, at revision rev, of the key of a waiter
+// ahead, and reports whether w is now at the head.
+func (w *waiting) passed(rev int64) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if rev <= w.rev {
+		return false // counted already
+	}
+	w.ahead, w.rev = w.ahead-1, rev
+	return w.ahead == 0
+}
+
+// head reports whether w was at the head of the line, as far as the
+// driver knows.
+func (w *waiting) head() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.ahead <= 0
 }
 
 // peek decides, with one read and no write, whether the attempt a of a
@@ -75,11 +112,12 @@ func (d *Driver) peek(ctx context.Context, a attempt, w *waiting) (ok, lost bool
 	if count(2) == 0 || count(3) > 0 {
 		return true, false, nil // rejoin, or learn the limit of the permits
 	}
-	w.ahead = count(1)
-	if count(0) == 0 && w.ahead == 0 {
+	w.looked(count(1), resp.Header.Revision)
+	if count(0) == 0 && count(1) == 0 {
 		return true, false, nil
 	}
 	d.notify.refused(a.lk, resp.Header.Revision, nil)
+	d.notify.inLine(a.lk, a.wk, w)
 	return false, false, backends.ErrNotAcquired
 }
 
@@ -100,6 +138,7 @@ func (d *Driver) Leave(ctx context.Context, key, waiter string) error {
 	}
 	wk := linePrefix(lk) + waiter
 	w, mine := d.pool.leave(wk)
+	d.notify.outOfLine(lk, wk)
 	ctx, cancel := d.bound(ctx)
 	defer cancel()
 	resp, err := d.client.Delete(ctx, wk)

@@ -54,6 +54,10 @@ type keyWatch struct {
 	// on a semaphore saw; only their deletion frees a permit. Nil: every
 	// deletion counts.
 	permits map[string]struct{}
+	// line are the driver's waiters in the lock's line, by line key,
+	// registered by their refused attempts. While there are some, a
+	// release wakes the subscriptions only if one of them is at the head.
+	line map[string]*waiting
 }
 
 // WatchReleases subscribes to release notices for key: its C receives a
@@ -154,7 +158,8 @@ func (w *keyWatch) watchFrom(ctx context.Context, rev int64) int64 {
 		opts = append(opts, clientv3.WithCreatedNotify())
 	}
 	chans := [2]clientv3.WatchChan{
-		d.client.Watch(wctx, w.key, opts...),
+		// The lock key and its line (linePrefix).
+		d.client.Watch(wctx, w.key, append(opts, clientv3.WithRange(w.key+"\x01"))...),
 		d.client.Watch(wctx, w.key+"/", append(opts, clientv3.WithPrefix())...),
 	}
 	next := [2]int64{rev, rev}
@@ -220,8 +225,15 @@ func (w *keyWatch) watchFrom(ctx context.Context, rev int64) int64 {
 			}
 			k := string(ev.Kv.Key)
 			next[i] = ev.Kv.ModRevision + 1
-			if i == 0 || w.frees(k) {
-				w.notify()
+			switch {
+			case i == 1:
+				if w.frees(k) {
+					w.notify()
+				}
+			case k == w.key:
+				w.released()
+			default:
+				w.passed(k, ev.Kv.ModRevision)
 			}
 		}
 	}
@@ -232,6 +244,43 @@ func (w *keyWatch) watchFrom(ctx context.Context, rev int64) int64 {
 		return d.rev.Load() + 1
 	}
 	return min(next[0], next[1])
+}
+
+// released wakes the subscriptions after a release of the lock, unless
+// every waiter of the driver's in its line has someone ahead: that one's
+// process is woken instead.
+func (w *keyWatch) released() {
+	w.mu.Lock()
+	wake := len(w.line) == 0
+	for _, x := range w.line {
+		if wake = x.head(); wake {
+			break
+		}
+	}
+	w.mu.Unlock()
+	if wake {
+		w.notify()
+	}
+}
+
+// passed counts the deletion, at revision rev, of the line key k (a
+// waiter served, gone, or lapsed) for the driver's waiters behind it, and
+// wakes the subscriptions when one of them reaches the head, so that it
+// looks for itself: the lock may be free (a waiter that left), or held by
+// the one served, in which case the look, while it works, tells the new
+// head to write at once when it is released.
+func (w *keyWatch) passed(k string, rev int64) {
+	w.mu.Lock()
+	wake := false
+	for wk, x := range w.line {
+		if k < wk && x.passed(rev) {
+			wake = true
+		}
+	}
+	w.mu.Unlock()
+	if wake {
+		w.notify()
+	}
 }
 
 // frees reports whether the deletion of the permit key k may free a slot.
@@ -283,6 +332,37 @@ func (n *notifier) refused(k string, rev int64, permits []string) {
 	case w.start <- rev:
 	default: // started already, or told by another attempt
 	}
+}
+
+// inLine registers the driver's waiter x, whose key is wk, in the line of
+// lock key k, for the watch of k if there is one.
+func (n *notifier) inLine(k, wk string, x *waiting) {
+	n.mu.Lock()
+	w := n.watches[k]
+	n.mu.Unlock()
+	if w == nil {
+		return
+	}
+	w.mu.Lock()
+	if w.line == nil {
+		w.line = map[string]*waiting{}
+	}
+	w.line[wk] = x
+	w.mu.Unlock()
+}
+
+// outOfLine forgets the driver's waiter whose key is wk in the line of
+// lock key k: served, gone, or lapsed.
+func (n *notifier) outOfLine(k, wk string) {
+	n.mu.Lock()
+	w := n.watches[k]
+	n.mu.Unlock()
+	if w == nil {
+		return
+	}
+	w.mu.Lock()
+	delete(w.line, wk)
+	w.mu.Unlock()
 }
 
 // released tells the local subscriptions of lock key k at once that this

@@ -16,16 +16,20 @@ import (
 // attempt is one acquisition: the request and the etcd keys it involves.
 type attempt struct {
 	req   backends.Request
-	limit int              // req.Limit, at least 1
-	lk    string           // the lock key of req.Key
-	sp    string           // the prefix of req.Key's permits: lk + "/"
-	lp    string           // a lock's line of waiters: linePrefix(lk)
-	wk    string           // the waiter's key in the line; "" for a lone attempt
-	hk    string           // the hold's key: lk, or a permit key below sp
-	val   string           // the hold's stored value
-	lease clientv3.LeaseID // no other key is on it
-	secs  int64            // the TTL requested, in whole seconds
-	start time.Time        // when the lease was last renewed or granted, or before
+	limit int    // req.Limit, at least 1
+	lk    string // the lock key of req.Key
+	sp    string // the prefix of req.Key's permits: lk + "/"
+	lp    string // a lock's line of waiters: linePrefix(lk)
+	wk    string // the waiter's key in the line; "" for a lone attempt
+	// inLine: the waiter's key may be in the line, and a winning attempt
+	// deletes it. Not on a waiter's first attempt: a delete, even of
+	// nothing, costs the transaction about 7%.
+	inLine bool
+	hk     string           // the hold's key: lk, or a permit key below sp
+	val    string           // the hold's stored value
+	lease  clientv3.LeaseID // no other key is on it
+	secs   int64            // the TTL requested, in whole seconds
+	start  time.Time        // when the lease was last renewed or granted, or before
 }
 
 // Acquire makes one attempt to hold req.Key: a lock when req.Limit is 0 or
@@ -76,9 +80,12 @@ func (d *Driver) Acquire(ctx context.Context, req backends.Request) (backends.Gr
 		// A waiter in line attempts on the lease its key is on. One with
 		// another TTL (not from lease's Acquire) moves its key to a new
 		// lease, and the old one expires.
-		if w, ok := d.pool.leave(a.wk); ok && w.secs == secs {
-			if g, err, done := d.acquireInLine(ctx, a, w); done {
-				return g, err
+		if w, ok := d.pool.leave(a.wk); ok {
+			a.inLine = true
+			if w.lease != 0 && w.secs == secs {
+				if g, err, done := d.acquireInLine(ctx, a, w); done {
+					return g, err
+				}
 			}
 		}
 	}
@@ -102,14 +109,16 @@ func (d *Driver) Acquire(ctx context.Context, req backends.Request) (backends.Gr
 // acquiring transaction on w's lease. done is false when w's lease has
 // expired, with nothing written: the caller makes the attempt on another.
 func (d *Driver) acquireInLine(ctx context.Context, a attempt, w *waiting) (g backends.Grant, err error, done bool) {
-	if !w.head() {
+	if head, _ := w.head(); !head {
 		ok, lost, err := d.peek(ctx, a, w)
 		if lost {
 			d.notify.outOfLine(a.lk, a.wk)
 			return backends.Grant{}, nil, false
 		}
 		if !ok {
-			d.pool.wait(a.wk, w) // nothing was written
+			if !errors.Is(err, backends.ErrInvalid) && !d.pool.wait(a.wk, w) {
+				d.revoke(ctx, w.lease)
+			}
 			return backends.Grant{}, err, true
 		}
 	}
@@ -159,6 +168,9 @@ func (d *Driver) acquireOn(ctx context.Context, a attempt, id clientv3.LeaseID, 
 		d.revoke(ctx, a.lease)
 		if a.wk != "" {
 			d.notify.outOfLine(a.lk, a.wk)
+			// Should the revocation have failed, the waiter's key may
+			// outlive it: the next attempt deletes it if it wins.
+			d.pool.wait(a.wk, &waiting{})
 		}
 		return backends.Grant{}, d.wrap(err)
 	}
@@ -187,30 +199,37 @@ func (d *Driver) txnAcquire(ctx context.Context, a attempt) (*clientv3.TxnRespon
 	switch {
 	case a.limit == 1 && a.wk == "": // a lone attempt: only if nobody waits
 		txn = txn.If(
-			clientv3.Compare(clientv3.CreateRevision(a.lk), "=", 0),
+			// No lock key, and nobody in line: the lock key and its line
+			// are the keys from lk to lk+"\x01" (linePrefix), and one
+			// compare of a range costs the transaction less than two.
+			clientv3.Compare(clientv3.CreateRevision(a.lk), "=", 0).WithRange(a.lk+"\x01"),
 			clientv3.Compare(clientv3.CreateRevision(a.sp), "=", 0).WithPrefix(), // no permit of the name
-			clientv3.Compare(clientv3.CreateRevision(a.lp), "=", 0).WithPrefix(), // nobody in line
 		).Then(
 			clientv3.OpPut(a.lk, a.val, clientv3.WithLease(a.lease)),
 		).Else(
 			clientv3.OpGet(a.sp, clientv3.WithFirstCreate()...),
 		)
 	case a.limit == 1: // a waiter: only if nobody is ahead; else join
+		// A put keeps the key's create revision; the line's order is the
+		// keys' anyway. Each operation, even in the branch not taken,
+		// costs a transaction a few percent (it is in the raft entry), so
+		// that a waiter's first attempt, which is also an uncontended
+		// acquisition's, only joins the line when refused: the next
+		// attempt looks first (peek).
+		then := []clientv3.Op{clientv3.OpPut(a.lk, a.val, clientv3.WithLease(a.lease))}
+		els := []clientv3.Op{clientv3.OpPut(a.wk, "", clientv3.WithLease(a.lease))}
+		if a.inLine {
+			then = append(then, clientv3.OpDelete(a.wk))
+			els = append(els,
+				clientv3.OpGet(a.sp, clientv3.WithFirstCreate()...),
+				clientv3.OpGet(a.lp, clientv3.WithRange(a.wk), clientv3.WithCountOnly()))
+		}
 		txn = txn.If(
-			clientv3.Compare(clientv3.CreateRevision(a.lk), "=", 0),
+			// No lock key, and nobody ahead in line: the keys from lk to
+			// the waiter's own.
+			clientv3.Compare(clientv3.CreateRevision(a.lk), "=", 0).WithRange(a.wk),
 			clientv3.Compare(clientv3.CreateRevision(a.sp), "=", 0).WithPrefix(),
-			// Holds for an empty range: nobody ahead.
-			clientv3.Compare(clientv3.CreateRevision(a.lp), "=", 0).WithRange(a.wk),
-		).Then(
-			clientv3.OpPut(a.lk, a.val, clientv3.WithLease(a.lease)),
-			clientv3.OpDelete(a.wk),
-		).Else(
-			clientv3.OpGet(a.sp, clientv3.WithFirstCreate()...),
-			// A put keeps the key's create revision; the line's order is
-			// the keys' anyway.
-			clientv3.OpPut(a.wk, "", clientv3.WithLease(a.lease)),
-			clientv3.OpGet(a.lp, clientv3.WithRange(a.wk), clientv3.WithCountOnly()),
-		)
+		).Then(then...).Else(els...)
 	default:
 		txn = txn.If(
 			clientv3.Compare(clientv3.CreateRevision(a.hk), "=", 0),
@@ -242,20 +261,33 @@ func (d *Driver) lockOutcome(ctx context.Context, a attempt, tr *clientv3.TxnRes
 	if a.wk == "" {
 		d.idle(ctx, a) // nothing was written
 	}
-	if kvs := tr.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
-		if _, limit, _, ok := decodePermitValue(kvs[0].Value); ok {
-			if a.wk != "" {
-				d.revoke(ctx, a.lease) // and with it the waiter's key
-				d.notify.outOfLine(a.lk, a.wk)
+	permits := 0 // the index of the response that reads the permits
+	if a.wk != "" {
+		permits = 1
+	}
+	if len(tr.Responses) > permits {
+		if kvs := tr.Responses[permits].GetResponseRange().GetKvs(); len(kvs) > 0 {
+			if _, limit, _, ok := decodePermitValue(kvs[0].Value); ok {
+				if a.wk != "" {
+					d.revoke(ctx, a.lease) // and with it the waiter's key
+					d.notify.outOfLine(a.lk, a.wk)
+				}
+				return backends.LimitMismatch(a.req.Key, 1, limit)
 			}
-			return backends.LimitMismatch(a.req.Key, 1, limit)
 		}
 	}
 	if a.wk != "" {
 		// The waiter's key is on the lease now: it keeps both.
 		w := &waiting{lease: a.lease, secs: a.secs, renewed: a.start}
-		w.looked(tr.Responses[2].GetResponseRange().GetCount(), tr.Header.Revision)
-		d.pool.wait(a.wk, w)
+		if a.inLine {
+			w.looked(tr.Responses[2].GetResponseRange().GetCount(), tr.Header.Revision)
+		}
+		if !d.pool.wait(a.wk, w) {
+			// Too many to remember: the waiter loses its place, and its
+			// next attempt takes it back.
+			d.revoke(ctx, a.lease)
+			return backends.ErrNotAcquired
+		}
 		d.notify.refused(a.lk, tr.Header.Revision, nil)
 		d.notify.inLine(a.lk, a.wk, w)
 		return backends.ErrNotAcquired

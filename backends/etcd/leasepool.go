@@ -111,15 +111,17 @@ func (p *leasePool) forget(key, token string) {
 	delete(p.held, holdID{key, token})
 }
 
-// wait remembers the lease of the waiter whose line key is wk, unless the
-// pool remembers too many: the key then lapses with its lease, unrenewed,
-// and the waiter's next attempt writes it again.
-func (p *leasePool) wait(wk string, w *waiting) {
+// wait remembers the waiter whose line key is wk, and reports false when
+// the pool remembers too many already. A waiting with no lease marks a
+// waiter whose key may be in line on a lease the driver forgot.
+func (p *leasePool) wait(wk string, w *waiting) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if len(p.waiting) < maxHeld {
-		p.waiting[wk] = w
+	if len(p.waiting) >= maxHeld {
+		return false
 	}
+	p.waiting[wk] = w
+	return true
 }
 
 // leave takes out what the pool remembers of the waiter whose line key

@@ -44,6 +44,7 @@ type waiting struct {
 	renewed time.Time        // when its last renewal was sent
 
 	mu    sync.Mutex // protects the fields below, which the release watch updates
+	known bool       // ahead and rev are known: a look was made
 	ahead int64      // waiters ahead of it: counted at rev, less deletions since
 	rev   int64
 }
@@ -53,7 +54,7 @@ func (w *waiting) looked(ahead, rev int64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if rev >= w.rev {
-		w.ahead, w.rev = ahead, rev
+		w.known, w.ahead, w.rev = true, ahead, rev
 	}
 }
 
@@ -62,19 +63,19 @@ func (w *waiting) looked(ahead, rev int64) {
 func (w *waiting) passed(rev int64) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if rev <= w.rev {
-		return false // counted already
+	if !w.known || rev <= w.rev {
+		return false // nothing to count from, or counted already
 	}
 	w.ahead, w.rev = w.ahead-1, rev
 	return w.ahead == 0
 }
 
 // head reports whether w was at the head of the line, as far as the
-// driver knows.
-func (w *waiting) head() bool {
+// driver knows; known is false when it never looked.
+func (w *waiting) head() (head, known bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.ahead <= 0
+	return w.known && w.ahead <= 0, w.known
 }
 
 // peek decides, with one read and no write, whether the attempt a of a
@@ -95,7 +96,7 @@ func (d *Driver) peek(ctx context.Context, a attempt, w *waiting) (ok, lost bool
 		clientv3.OpGet(a.lk, clientv3.WithCountOnly()),
 		clientv3.OpGet(a.lp, clientv3.WithRange(a.wk), clientv3.WithCountOnly()),
 		clientv3.OpGet(a.wk, clientv3.WithCountOnly()),
-		clientv3.OpGet(a.sp, clientv3.WithPrefix(), clientv3.WithCountOnly()),
+		clientv3.OpGet(a.sp, clientv3.WithFirstCreate()...),
 	).Commit()
 	if renewed != nil {
 		if _, kaErr := renewed(ctx); kaErr != nil {
@@ -109,8 +110,15 @@ func (d *Driver) peek(ctx context.Context, a attempt, w *waiting) (ok, lost bool
 	}
 	d.seen(resp.Header)
 	count := func(i int) int64 { return resp.Responses[i].GetResponseRange().GetCount() }
-	if count(2) == 0 || count(3) > 0 {
-		return true, false, nil // rejoin, or learn the limit of the permits
+	if kvs := resp.Responses[3].GetResponseRange().GetKvs(); len(kvs) > 0 {
+		if _, limit, _, ok := decodePermitValue(kvs[0].Value); ok {
+			d.revoke(ctx, w.lease) // and with it the waiter's key
+			d.notify.outOfLine(a.lk, a.wk)
+			return false, false, backends.LimitMismatch(a.req.Key, 1, limit)
+		}
+	}
+	if count(2) == 0 {
+		return true, false, nil // its key lapsed: join again
 	}
 	w.looked(count(1), resp.Header.Revision)
 	if count(0) == 0 && count(1) == 0 {
@@ -146,7 +154,7 @@ func (d *Driver) Leave(ctx context.Context, key, waiter string) error {
 		return d.wrap(err) // the key lapses with its lease
 	}
 	d.seen(resp.Header)
-	if mine && !d.pool.give(w.secs, w.lease) {
+	if mine && w.lease != 0 && !d.pool.give(w.secs, w.lease) {
 		d.revoke(ctx, w.lease)
 	}
 	return nil

@@ -247,13 +247,14 @@ func (w *keyWatch) watchFrom(ctx context.Context, rev int64) int64 {
 }
 
 // released wakes the subscriptions after a release of the lock, unless
-// every waiter of the driver's in its line has someone ahead: that one's
-// process is woken instead.
+// every waiter of the driver's in its line is known to have someone
+// ahead: that one's process is woken instead.
 func (w *keyWatch) released() {
 	w.mu.Lock()
 	wake := len(w.line) == 0
 	for _, x := range w.line {
-		if wake = x.head(); wake {
+		if head, known := x.head(); head || !known {
+			wake = true
 			break
 		}
 	}

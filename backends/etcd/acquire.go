@@ -109,7 +109,7 @@ func (d *Driver) Acquire(ctx context.Context, req backends.Request) (backends.Gr
 // acquiring transaction on w's lease. done is false when w's lease has
 // expired, with nothing written: the caller makes the attempt on another.
 func (d *Driver) acquireInLine(ctx context.Context, a attempt, w *waiting) (g backends.Grant, err error, done bool) {
-	if head, _ := w.head(); !head {
+	if !w.write() {
 		ok, lost, err := d.peek(ctx, a, w)
 		if lost {
 			d.notify.outOfLine(a.lk, a.wk)

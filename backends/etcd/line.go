@@ -45,8 +45,11 @@ type waiting struct {
 
 	mu    sync.Mutex // protects the fields below, which the release watch updates
 	known bool       // ahead and rev are known: a look was made
-	ahead int64      // waiters ahead of it: counted at rev, less deletions since
-	rev   int64
+	// released: the lock was released since the waiter joined without
+	// looking (a release of the driver's own, or one the watch saw).
+	released bool
+	ahead    int64 // waiters ahead of it: counted at rev, less deletions since
+	rev      int64
 }
 
 // looked records that ahead waiters were ahead at revision rev.
@@ -68,6 +71,26 @@ func (w *waiting) passed(rev int64) bool {
 	}
 	w.ahead, w.rev = w.ahead-1, rev
 	return w.ahead == 0
+}
+
+// sawRelease records a release of the lock; see released.
+func (w *waiting) sawRelease() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.released = true
+}
+
+// write reports whether w's attempt should go straight to the acquiring
+// transaction: it was at the head at its last look, or it has not looked
+// since it joined and the lock was released since, which makes a look
+// likely to find it free.
+func (w *waiting) write() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.known {
+		return w.released
+	}
+	return w.ahead <= 0
 }
 
 // head reports whether w was at the head of the line, as far as the

@@ -253,9 +253,9 @@ func (w *keyWatch) released() {
 	w.mu.Lock()
 	wake := len(w.line) == 0
 	for _, x := range w.line {
+		x.sawRelease()
 		if head, known := x.head(); head || !known {
 			wake = true
-			break
 		}
 	}
 	w.mu.Unlock()
@@ -374,6 +374,11 @@ func (n *notifier) released(k string) {
 	w := n.watches[k]
 	n.mu.Unlock()
 	if w != nil {
+		w.mu.Lock()
+		for _, x := range w.line {
+			x.sawRelease()
+		}
+		w.mu.Unlock()
 		w.notify()
 	}
 }

@@ -109,7 +109,7 @@ func (d *Driver) Acquire(ctx context.Context, req backends.Request) (backends.Gr
 // acquiring transaction on w's lease. done is false when w's lease has
 // expired, with nothing written: the caller makes the attempt on another.
 func (d *Driver) acquireInLine(ctx context.Context, a attempt, w *waiting) (g backends.Grant, err error, done bool) {
-	if !w.write() {
+	if !w.write(d.notify.lastRelease(a.lk)) {
 		ok, lost, err := d.peek(ctx, a, w)
 		if lost {
 			d.notify.outOfLine(a.lk, a.wk)
@@ -278,7 +278,7 @@ func (d *Driver) lockOutcome(ctx context.Context, a attempt, tr *clientv3.TxnRes
 	}
 	if a.wk != "" {
 		// The waiter's key is on the lease now: it keeps both.
-		w := &waiting{lease: a.lease, secs: a.secs, renewed: a.start}
+		w := &waiting{lease: a.lease, secs: a.secs, renewed: a.start, joined: tr.Header.Revision}
 		if a.inLine {
 			w.looked(tr.Responses[2].GetResponseRange().GetCount(), tr.Header.Revision)
 		}

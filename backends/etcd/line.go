@@ -45,11 +45,12 @@ type waiting struct {
 
 	mu    sync.Mutex // protects the fields below, which the release watch updates
 	known bool       // ahead and rev are known: a look was made
-	// released: the lock was released since the waiter joined without
-	// looking (a release of the driver's own, or one the watch saw).
-	released bool
-	ahead    int64 // waiters ahead of it: counted at rev, less deletions since
-	rev      int64
+	// joined is the revision at which the waiter joined without looking;
+	// a release after it (of the driver's own, or one the watch saw)
+	// makes a look likely to find the lock free.
+	joined int64
+	ahead  int64 // waiters ahead of it: counted at rev, less deletions since
+	rev    int64
 }
 
 // looked records that ahead waiters were ahead at revision rev.
@@ -73,22 +74,14 @@ func (w *waiting) passed(rev int64) bool {
 	return w.ahead == 0
 }
 
-// sawRelease records a release of the lock; see released.
-func (w *waiting) sawRelease() {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.released = true
-}
-
 // write reports whether w's attempt should go straight to the acquiring
 // transaction: it was at the head at its last look, or it has not looked
-// since it joined and the lock was released since, which makes a look
-// likely to find it free.
-func (w *waiting) write() bool {
+// since it joined and the lock was released since, at revision released.
+func (w *waiting) write(released int64) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if !w.known {
-		return w.released
+		return released > w.joined
 	}
 	return w.ahead <= 0
 }

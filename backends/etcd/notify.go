@@ -58,6 +58,9 @@ type keyWatch struct {
 	// registered by their refused attempts. While there are some, a
 	// release wakes the subscriptions only if one of them is at the head.
 	line map[string]*waiting
+	// releasedAt is the revision of the last release known: the driver's
+	// own, or one the watch saw.
+	releasedAt int64
 }
 
 // WatchReleases subscribes to release notices for key: its C receives a
@@ -231,7 +234,7 @@ func (w *keyWatch) watchFrom(ctx context.Context, rev int64) int64 {
 					w.notify()
 				}
 			case k == w.key:
-				w.released()
+				w.released(ev.Kv.ModRevision)
 			default:
 				w.passed(k, ev.Kv.ModRevision)
 			}
@@ -249,11 +252,11 @@ func (w *keyWatch) watchFrom(ctx context.Context, rev int64) int64 {
 // released wakes the subscriptions after a release of the lock, unless
 // every waiter of the driver's in its line is known to have someone
 // ahead: that one's process is woken instead.
-func (w *keyWatch) released() {
+func (w *keyWatch) released(rev int64) {
 	w.mu.Lock()
 	wake := len(w.line) == 0
+	w.releasedAt = max(w.releasedAt, rev)
 	for _, x := range w.line {
-		x.sawRelease()
 		if head, known := x.head(); head || !known {
 			wake = true
 		}
@@ -367,20 +370,33 @@ func (n *notifier) outOfLine(k, wk string) {
 }
 
 // released tells the local subscriptions of lock key k at once that this
-// driver has released its lock or one of its permits, without waiting for the watch to report the deletion
-// (which it will, a moment later: one more notice, coalesced or spurious).
-func (n *notifier) released(k string) {
+// driver has released its lock or one of its permits, at revision rev,
+// without waiting for the watch to report the deletion (which it will, a
+// moment later: one more notice, coalesced or spurious).
+func (n *notifier) released(k string, rev int64) {
 	n.mu.Lock()
 	w := n.watches[k]
 	n.mu.Unlock()
 	if w != nil {
 		w.mu.Lock()
-		for _, x := range w.line {
-			x.sawRelease()
-		}
+		w.releasedAt = max(w.releasedAt, rev)
 		w.mu.Unlock()
 		w.notify()
 	}
+}
+
+// lastRelease is the revision of the last release of lock key k that the
+// driver knows of: its own, or one its watch of k saw; 0 if none.
+func (n *notifier) lastRelease(k string) int64 {
+	n.mu.Lock()
+	w := n.watches[k]
+	n.mu.Unlock()
+	if w == nil {
+		return 0
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.releasedAt
 }
 
 func (n *notifier) unwatch(s *subscription) {

@@ -8,3 +8,7 @@ func DisableLeaseReuse(d *Driver) { d.pool.off = true }
 // KeepAliveOnce, a stream per renewal, as the reference of
 // BenchmarkKeepAliveStream. Call it before any other use.
 func RenewWithKeepAliveOnce(d *Driver) { d.renew.once = true }
+
+// LinePrefix is the prefix of the line of waiters of the lock whose etcd
+// key is lk.
+func LinePrefix(lk string) string { return linePrefix(lk) }

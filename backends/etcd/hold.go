@@ -133,7 +133,7 @@ func (d *Driver) Release(ctx context.Context, key, token string) error {
 	if mine && !d.pool.give(h.secs, h.lease) {
 		d.revoke(ctx, h.lease)
 	}
-	d.notify.released(lk)
+	d.notify.released(lk, resp.Header.Revision)
 	return nil
 }
 
@@ -189,7 +189,3 @@ func (d *Driver) holderTTL(ctx context.Context, value []byte, lease int64) (back
 	info.TTL = time.Duration(ttl.TTL) * time.Second
 	return info, nil
 }
-
-// Leave does nothing: this driver keeps no line of waiters
-// (Capabilities.Ordered is false).
-func (d *Driver) Leave(ctx context.Context, key, waiter string) error { return nil }

@@ -43,11 +43,15 @@ type leasePool struct {
 	idle  map[int64][]clientv3.LeaseID
 	nIdle int
 	held  map[holdID]heldLease
+	// waiting are the leases of the driver's waiters in lines, by line
+	// key; a waiter's attempt takes its entry out while it runs.
+	waiting map[string]*waiting
 }
 
 func (p *leasePool) init() {
 	p.idle = map[int64][]clientv3.LeaseID{}
 	p.held = map[holdID]heldLease{}
+	p.waiting = map[string]*waiting{}
 }
 
 // take returns an idle lease granted for secs, which the caller renews
@@ -105,4 +109,27 @@ func (p *leasePool) forget(key, token string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	delete(p.held, holdID{key, token})
+}
+
+// wait remembers the waiter whose line key is wk, and reports false when
+// the pool remembers too many already. A waiting with no lease marks a
+// waiter whose key may be in line on a lease the driver forgot.
+func (p *leasePool) wait(wk string, w *waiting) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.waiting) >= maxHeld {
+		return false
+	}
+	p.waiting[wk] = w
+	return true
+}
+
+// leave takes out what the pool remembers of the waiter whose line key
+// is wk.
+func (p *leasePool) leave(wk string) (*waiting, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	w, ok := p.waiting[wk]
+	delete(p.waiting, wk)
+	return w, ok
 }

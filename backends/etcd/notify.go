@@ -17,7 +17,7 @@ const (
 	// failing cannot spin.
 	rewatchDelay = 100 * time.Millisecond
 	// startWait is how long a new watch waits for an attempt on its key to
-	// fail and tell it the revision to start from.
+	// fail and tell it the revision from which the subscribers wait.
 	startWait = 100 * time.Millisecond
 )
 
@@ -46,7 +46,7 @@ type keyWatch struct {
 	key    string // its lock key; its permits live below key+"/"
 	cancel context.CancelFunc
 	done   chan struct{} // closed when run returns
-	start  chan int64    // buffered(1): the revision of a failed attempt
+	start  chan int64    // buffered(1): the revision of a refused attempt
 
 	mu   sync.Mutex // protects the fields below
 	subs map[*subscription]struct{}
@@ -54,6 +54,13 @@ type keyWatch struct {
 	// on a semaphore saw; only their deletion frees a permit. Nil: every
 	// deletion counts.
 	permits map[string]struct{}
+	// line are the driver's waiters in the lock's line, by line key,
+	// registered by their refused attempts. While there are some, a
+	// release wakes the subscriptions only if one of them is at the head.
+	line map[string]*waiting
+	// releasedAt is the revision of the last release known: the driver's
+	// own, or one the watch saw.
+	releasedAt int64
 }
 
 // WatchReleases subscribes to release notices for key: its C receives a
@@ -63,13 +70,15 @@ type keyWatch struct {
 // once an attempt of this driver has found the semaphore full, only the
 // deletion of one of the holders it saw counts (until the next attempt).
 //
-// It returns at once, and the watch starts in the background, just after
-// the revision at which the next attempt on key finds it held or full (or,
-// if no attempt fails within 100 ms, after the highest revision the driver
-// has seen). It misses no deletion after that revision, and etcd serves it
-// from its synced path, as events happen: a watch from an older revision
-// waits for etcd's catch-up loop, which runs every 100 ms, and that is what
-// slows etcd's own Mutex down under contention. Subscriptions of one key
+// It returns at once, and the watch starts in the background, at the
+// revision at which etcd creates it, so that etcd serves it from its
+// synced path, as events happen: a watch from an older revision waits for
+// etcd's catch-up loop, which runs every 100 ms, and that is what slows
+// etcd's own Mutex down under contention. When the next attempt on key
+// found it held or full before the watch was created (or none did within
+// 100 ms), the subscriptions get one notice, since a release may have
+// happened in between; no deletion after that attempt is missed.
+// Subscriptions of one key
 // share one watch of the driver's (two etcd watches: the lock key and the
 // semaphore's prefix). The caller must Close the subscription; closing the
 // driver ends it too. Its channel is never closed.
@@ -115,15 +124,7 @@ func (w *keyWatch) run(ctx context.Context) {
 	defer w.n.wg.Done()
 	defer close(w.done)
 	d := w.n.d
-	var rev int64
-	select {
-	case r := <-w.start:
-		rev = r + 1
-	case <-time.After(startWait):
-		rev = d.rev.Load() + 1
-	case <-ctx.Done():
-		return
-	}
+	var rev int64 // 0: from the revision at which the watch is created
 	for {
 		rev = w.watchFrom(ctx, rev)
 		if ctx.Err() != nil || d.client.Ctx().Err() != nil {
@@ -140,15 +141,40 @@ func (w *keyWatch) run(ctx context.Context) {
 // watchFrom watches the lock key and the semaphore prefix from rev until
 // either watch ends, and returns the revision to resume both from. The two
 // share the client's watch stream.
+//
+// With rev 0, the watches start at the revision at which etcd creates
+// them, so that etcd serves them from its synced path at once; a watch
+// from an older revision waits for etcd's catch-up loop, which runs every
+// 100 ms, and that is what slows etcd's own Mutex down under contention.
+// The deletions between the first refused attempt of the subscribers and
+// the watches' creation are not reported one by one: when the attempt
+// (see refused) came before the creation, or none came within startWait,
+// the subscribers get one notice, which may be spurious.
 func (w *keyWatch) watchFrom(ctx context.Context, rev int64) int64 {
 	d := w.n.d
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	opts := []clientv3.OpOption{clientv3.WithFilterPut()}
+	if rev != 0 {
+		opts = append(opts, clientv3.WithRev(rev))
+	} else {
+		opts = append(opts, clientv3.WithCreatedNotify())
+	}
 	chans := [2]clientv3.WatchChan{
-		d.client.Watch(wctx, w.key, clientv3.WithRev(rev), clientv3.WithFilterPut()),
-		d.client.Watch(wctx, w.key+"/", clientv3.WithPrefix(), clientv3.WithRev(rev), clientv3.WithFilterPut()),
+		// The lock key and its line (linePrefix).
+		d.client.Watch(wctx, w.key, append(opts, clientv3.WithRange(w.key+"\x01"))...),
+		d.client.Watch(wctx, w.key+"/", append(opts, clientv3.WithPrefix())...),
 	}
 	next := [2]int64{rev, rev}
+	// While the watches start from their creation: how many are still to
+	// be created, then the first refused attempt's revision, awaited.
+	creating := 0
+	var created int64 // the highest creation revision
+	var start <-chan int64
+	var startTimer <-chan time.Time
+	if rev == 0 {
+		creating = len(chans)
+	}
 	for open := len(chans); open > 0; {
 		var (
 			i    int
@@ -159,11 +185,30 @@ func (w *keyWatch) watchFrom(ctx context.Context, rev int64) int64 {
 		case resp, ok = <-chans[0]:
 		case resp, ok = <-chans[1]:
 			i = 1
+		case r := <-start:
+			start, startTimer = nil, nil
+			if r < created {
+				w.notify()
+			}
+			continue
+		case <-startTimer:
+			start, startTimer = nil, nil
+			w.notify()
+			continue
 		}
 		if !ok {
 			chans[i] = nil
 			open--
 			cancel() // one ended: end the other, and start both again
+			continue
+		}
+		if resp.Created && creating > 0 {
+			d.seen(resp.Header)
+			next[i] = resp.Header.Revision + 1
+			created = max(created, resp.Header.Revision)
+			if creating--; creating == 0 {
+				start, startTimer = w.start, time.After(startWait)
+			}
 			continue
 		}
 		if resp.CompactRevision != 0 {
@@ -183,12 +228,63 @@ func (w *keyWatch) watchFrom(ctx context.Context, rev int64) int64 {
 			}
 			k := string(ev.Kv.Key)
 			next[i] = ev.Kv.ModRevision + 1
-			if i == 0 || w.frees(k) {
-				w.notify()
+			switch {
+			case i == 1:
+				if w.frees(k) {
+					w.notify()
+				}
+			case k == w.key:
+				w.released(ev.Kv.ModRevision)
+			default:
+				w.passed(k, ev.Kv.ModRevision)
 			}
 		}
 	}
+	if next[0] == 0 || next[1] == 0 {
+		// Ended before it was created: resume from where the driver is,
+		// and tell the subscribers to look for themselves.
+		w.notify()
+		return d.rev.Load() + 1
+	}
 	return min(next[0], next[1])
+}
+
+// released wakes the subscriptions after a release of the lock, unless
+// every waiter of the driver's in its line is known to have someone
+// ahead: that one's process is woken instead.
+func (w *keyWatch) released(rev int64) {
+	w.mu.Lock()
+	wake := len(w.line) == 0
+	w.releasedAt = max(w.releasedAt, rev)
+	for _, x := range w.line {
+		if head, known := x.head(); head || !known {
+			wake = true
+		}
+	}
+	w.mu.Unlock()
+	if wake {
+		w.notify()
+	}
+}
+
+// passed counts the deletion, at revision rev, of the line key k (a
+// waiter served, gone, or lapsed) for the driver's waiters behind it, and
+// wakes the subscriptions when one of them reaches the head, so that it
+// looks for itself: the lock may be free (a waiter that left), or held by
+// the one served, in which case the look, while it works, tells the new
+// head to write at once when it is released.
+func (w *keyWatch) passed(k string, rev int64) {
+	w.mu.Lock()
+	wake := false
+	for wk, x := range w.line {
+		if k < wk && x.passed(rev) {
+			wake = true
+		}
+	}
+	w.mu.Unlock()
+	if wake {
+		w.notify()
+	}
 }
 
 // frees reports whether the deletion of the permit key k may free a slot.
@@ -242,16 +338,65 @@ func (n *notifier) refused(k string, rev int64, permits []string) {
 	}
 }
 
+// inLine registers the driver's waiter x, whose key is wk, in the line of
+// lock key k, for the watch of k if there is one.
+func (n *notifier) inLine(k, wk string, x *waiting) {
+	n.mu.Lock()
+	w := n.watches[k]
+	n.mu.Unlock()
+	if w == nil {
+		return
+	}
+	w.mu.Lock()
+	if w.line == nil {
+		w.line = map[string]*waiting{}
+	}
+	w.line[wk] = x
+	w.mu.Unlock()
+}
+
+// outOfLine forgets the driver's waiter whose key is wk in the line of
+// lock key k: served, gone, or lapsed.
+func (n *notifier) outOfLine(k, wk string) {
+	n.mu.Lock()
+	w := n.watches[k]
+	n.mu.Unlock()
+	if w == nil {
+		return
+	}
+	w.mu.Lock()
+	delete(w.line, wk)
+	w.mu.Unlock()
+}
+
 // released tells the local subscriptions of lock key k at once that this
-// driver has released its lock or one of its permits, without waiting for the watch to report the deletion
-// (which it will, a moment later: one more notice, coalesced or spurious).
-func (n *notifier) released(k string) {
+// driver has released its lock or one of its permits, at revision rev,
+// without waiting for the watch to report the deletion (which it will, a
+// moment later: one more notice, coalesced or spurious).
+func (n *notifier) released(k string, rev int64) {
 	n.mu.Lock()
 	w := n.watches[k]
 	n.mu.Unlock()
 	if w != nil {
+		w.mu.Lock()
+		w.releasedAt = max(w.releasedAt, rev)
+		w.mu.Unlock()
 		w.notify()
 	}
+}
+
+// lastRelease is the revision of the last release of lock key k that the
+// driver knows of: its own, or one its watch of k saw; 0 if none.
+func (n *notifier) lastRelease(k string) int64 {
+	n.mu.Lock()
+	w := n.watches[k]
+	n.mu.Unlock()
+	if w == nil {
+		return 0
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.releasedAt
 }
 
 func (n *notifier) unwatch(s *subscription) {

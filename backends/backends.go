@@ -129,12 +129,14 @@ type Request struct {
 	// same for all its attempts; empty for a lone attempt (TryAcquire). A
 	// driver that serves waiters in order (Capabilities.Ordered) keeps the
 	// place of a waiter refused a lock for TTL after each attempt, and
-	// when the lock is released keeps it, for a short hand-over window,
-	// for the waiter in line whose name is smallest in byte order:
-	// meanwhile every other attempt, lone ones included, is refused. The
-	// layer above starts each name with the time of the call, so that this
-	// order is arrival order (see lease.NewWaiter). Semaphores (Limit > 1)
-	// ignore it. Optional; at most MaxWaiterSize bytes of [0-9a-z-].
+	// keeps a released lock for the live waiter whose name is smallest in
+	// byte order, refusing every other attempt, lone ones included,
+	// meanwhile: for a short hand-over window (Redis, Redlock, memory:
+	// bounded barging) or as long as that waiter's place lives (etcd:
+	// strict order). The layer above starts each name with the time of the
+	// call, so that this order is arrival order (see lease.NewWaiter).
+	// Semaphores (Limit > 1) ignore it. Optional; at most MaxWaiterSize
+	// bytes of [0-9a-z-].
 	Waiter string
 }
 

@@ -11,15 +11,10 @@
 // prefix+N+"/", and its holders are the first Size keys by create revision.
 // A lock and a semaphore of one name exclude each other.
 //
-// The blocking waiters of a lock are served in the order of their calls,
-// across processes (Capabilities.Ordered): each waiter that a lock refused
-// keeps a key prefix+N+"\x00"+waiter (its name starts with the call's
-// time, so that key order is arrival order) on a lease of its own that its
-// attempts renew, and an acquisition succeeds only when no key of the line
-// sorts before its own (a lone attempt, TryAcquire, only when the line is
-// empty). A waiter that gives up leaves the line (Leave); one whose process
-// died loses its place within its TTL. A release wakes only the process of
-// the waiter at the head. Semaphores keep no line.
+// The blocking waiters of a lock are served strictly in the order of
+// their calls, across processes: a refused waiter keeps a key in the
+// lock's line on a lease its attempts renew, and only the head may take
+// the lock (TryAcquire only when nobody waits). See docs/etcd.md.
 //
 // TTLs are whole seconds, rounded up, and etcd raises them to its minimum
 // (2 s with its default timing); Grant.TTL is the TTL the server applied.

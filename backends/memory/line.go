@@ -6,7 +6,7 @@ import (
 
 // HandOver is how long a released lock is kept for the first waiter in
 // line before anybody may take it.
-const HandOver = 50 * time.Millisecond
+const HandOver = 200 * time.Millisecond
 
 // line is a lock's waiters in order (backends.Request.Waiter): a refused
 // waiter's place lives for its request's TTL after each attempt, and a

@@ -13,9 +13,11 @@ import (
 // release notice takes it before anyone else. A waiter that lets it lapse
 // (slow, or dead) loses its turn: the lock is free, anyone may take it,
 // and that waiter counts again from its next attempt, at its old place.
-// It is a few round trips and a notice's delivery on a busy machine, and
-// well below the layer above's retry delays.
-const HandOver = 50 * time.Millisecond
+// It is many round trips and a notice's delivery, so that the woken
+// waiter makes it on a loaded machine too (under the race detector and
+// CPU hogs, 50 ms was missed often enough to unsettle the order); a dead
+// waiter costs the others one window.
+const HandOver = 200 * time.Millisecond
 
 // Leave takes waiter out of key's line on this node; if the lock was kept
 // for waiter, it goes to the next live waiter in line, or is freed, and

@@ -23,7 +23,9 @@ func TestFairAcrossProcesses(t *testing.T) {
 		cfg := WorkerConfig{Prim: PrimLock, Key: k, TTL: s.ttl, Writes: 1, Work: 100 * time.Microsecond, AcquireTimeout: time.Minute}
 		e.start(workers, s.url(), cfg)
 		e.ready()
-		from := e.h.Mark() // every worker is running: count from here
+		// Every worker runs and the servers grant (a fresh Redlock master
+		// votes only after its quarantine): count from here.
+		_, from := e.await(e.h.Mark(), Is("acquired", nil), "a first grant")
 		e.awaitCount(from, grants, Is("acquired", nil), "grants")
 		b := open(t, s.url())
 		rep := e.finish(PrimLock, k, s.spec(PrimLock), b)
@@ -59,15 +61,20 @@ func (s fairStats) rate() float64 {
 }
 
 // fairness counts the grants ("acquired") of each worker at or after
-// event index from, each waited from the worker's last "asked".
+// event index from, and the longest wait from an "asked" at or after from
+// to its grant (a worker that asked earlier may have waited for the
+// servers to start, or a Redlock master's quarantine to end).
 func fairness(evs []proc.Event, from int) fairStats {
 	var st fairStats
-	asked := map[int]time.Duration{}
+	asked := map[int]time.Duration{} // -1: before from
 	count := map[int]int{}
 	for i, ev := range evs {
 		switch ev.Name {
 		case "asked":
-			asked[ev.Worker] = ev.At
+			asked[ev.Worker] = -1
+			if i >= from {
+				asked[ev.Worker] = ev.At
+			}
 		case "acquired":
 			if i < from {
 				continue
@@ -77,7 +84,9 @@ func fairness(evs []proc.Event, from int) fairStats {
 			}
 			st.last = ev.At
 			count[ev.Worker]++
-			st.worst = max(st.worst, ev.At-asked[ev.Worker])
+			if at := asked[ev.Worker]; at >= 0 {
+				st.worst = max(st.worst, ev.At-at)
+			}
 		}
 	}
 	for w := range asked { // a worker never granted counts 0

@@ -79,12 +79,9 @@ func waitTurn(ctx context.Context, c *Config) (turn, error) {
 		l.busy = true
 		l.park.Stop() // if it fired meanwhile, it finds the line busy
 		ls.mu.Unlock()
-		// A notice from before this Acquire tells nothing its first
-		// attempt will not.
-		select {
-		case <-l.sub.C():
-		default:
-		}
+		// A notice pending from before this Acquire is kept: at worst it
+		// costs one attempt, and a driver may mean it for this process
+		// (etcd wakes a releaser's own subscriptions at once).
 		return t, nil
 	case l == headOnly:
 		l = &line{busy: true}

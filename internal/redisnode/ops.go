@@ -64,7 +64,8 @@ func (n *Node) Acquire(ctx context.Context, t Target, h Hold) (uint64, error) {
 		h.Waiter = ""
 	}
 	ttl := h.TTL.Truncate(time.Millisecond)
-	if hold == own && !h.Fence && !n.waiting.has(t.Key, h.Waiter) {
+	known := n.waiting.has(t.Key, h.Waiter)
+	if hold == own && !h.Fence && !known {
 		// Nothing to draw, no marker to keep and no place in line: a
 		// plain SET NX PX, several times cheaper for Redis than a script.
 		err := n.client.SetArgs(ctx, hold, h.value(), goredis.SetArgs{Mode: "NX", TTL: ttl}).Err()
@@ -76,14 +77,15 @@ func (n *Node) Acquire(ctx context.Context, t Target, h Hold) (uint64, error) {
 		}
 		// The script joins the line, or takes a lock kept for the waiter.
 	}
+	if h.Waiter != "" && !known {
+		// Before the script: a release that keeps the lock for the waiter
+		// may notify it (see Notifier) before the script's reply is read.
+		n.waiting.add(t.Key, h.Waiter)
+	}
 	r, err := acquireScript.Run(ctx, n.client, []string{hold, own, fenceKey(n.prefix, own)},
 		h.value(), ttl.Milliseconds(), t.limit(), flag(h.Fence), max(h.SeedStep.Microseconds(), 1), h.Waiter).Int64()
-	if h.Waiter != "" && err == nil {
-		if r == 0 {
-			n.waiting.add(t.Key, h.Waiter)
-		} else {
-			n.waiting.done(t.Key, h.Waiter)
-		}
+	if h.Waiter != "" && err == nil && r != 0 {
+		n.waiting.done(t.Key, h.Waiter)
 	}
 	return verdict(t.Key, t.limit(), h.Fence, r, err)
 }

@@ -207,7 +207,10 @@ func TestSemaphoreReleaseWakes(t *testing.T) {
 	}
 	defer s.Close()
 	wantNotAcquired(t, ctx, waiter, semReq(name, "w0", limit, 10*time.Second))
-	time.Sleep(20 * time.Millisecond) // the watch registers meanwhile
+	// The watch starts in the background; if it starts after that refused
+	// attempt, it gives one notice (a release may have come in between; see
+	// WatchReleases). Let that one come first.
+	notice(s, 500*time.Millisecond)
 	for i := range 3 {
 		wantNotAcquired(t, ctx, third, semReq(name, fmt.Sprint("t", i), limit, 10*time.Second))
 	}

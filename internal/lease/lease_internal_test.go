@@ -180,8 +180,7 @@ func (s *countedSub) Close() { s.closes.Add(1); s.Subscription.Close() }
 // TestLineSharesSubscription: the waiters of one process hand the key's
 // release notices down their line: two waiters served one after the other
 // subscribe once, each is woken by the notice of the release before it
-// (no retry delay); the subscription outlives the line by keepSub, so that
-// a waiter coming back meanwhile uses it too, and then ends.
+// (no retry delay), and the subscription ends with the line.
 func TestLineSharesSubscription(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := t.Context()
@@ -216,36 +215,16 @@ func TestLineSharesSubscription(t *testing.T) {
 			t.Fatal(err)
 		}
 		second := <-got
-		synctest.Wait()
-		if n := d.closes.Load(); n != 0 {
-			t.Errorf("%d subscriptions closed as the line ended, want it kept for %v", n, keepSub)
-		}
-		go func() { // a waiter comes back before keepSub is out
-			l, err := c.Acquire(ctx, nil)
-			if err != nil {
-				t.Error(err)
-			}
-			got <- l
-		}()
-		synctest.Wait()
-		if err := second.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
-		third := <-got
-		if err := third.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
+		defer second.Release(ctx)
 		if waited := time.Since(start); waited > 0 {
 			t.Errorf("the waiters took %v: a notice was missed and a retry delay waited out", waited)
 		}
 		synctest.Wait()
 		if n := d.watches.Load(); n != 1 {
-			t.Errorf("%d subscriptions for three waiters of one process, want 1", n)
+			t.Errorf("%d subscriptions for one line of two waiters, want 1", n)
 		}
-		time.Sleep(keepSub)
-		synctest.Wait()
 		if n := d.closes.Load(); n != 1 {
-			t.Errorf("%d subscriptions closed %v after the line ended, want 1", n, keepSub)
+			t.Errorf("%d subscriptions closed once the line ended, want 1", n)
 		}
 	})
 }

@@ -3,7 +3,6 @@ package lease
 import (
 	"context"
 	"sync"
-	"time"
 
 	"github.com/dsync-dev/dsync"
 	"github.com/dsync-dev/dsync/backends"
@@ -33,28 +32,20 @@ func linesOf(b *dsync.Backend) *lines {
 	return b.State(linesKey{}, func() any { return &lines{m: map[string]*line{}} }).(*lines)
 }
 
-// line is the queue of one key while some waiter is at its head (busy):
-// turns holds the channels of the others, in arrival order. sub is the
-// key's release notices, which the heads of the line share: subscribed by
-// the first head that meets contention, and kept for keepSub after the
-// line empties (parked: not busy), so that a process that asks for a
-// contended lock again and again (a worker's loop) subscribes once, not
-// once per Acquire; a hand-over between two waiters of the process costs
-// no subscription either.
+// line is the queue of one key while some waiter is at its head: turns
+// holds the channels of the others, in arrival order. sub is the key's
+// release notices, which the heads of the line share: subscribed by the
+// first head that meets contention, closed when the line ends, so that a
+// hand-over between two waiters of the process costs no subscription.
 type line struct {
-	busy  bool
 	turns []chan struct{}
 	sub   backends.Subscription
-	park  *time.Timer // closes a parked sub; made by the first park
 }
 
-// keepSub is how long a line's subscription outlives its last waiter.
-const keepSub = time.Second
-
-// headOnly is the busy line of a key whose head has nobody behind it and
-// no subscription, shared by all such keys (never modified), so that an
-// uncontended Acquire allocates no line.
-var headOnly = &line{busy: true}
+// headOnly is the line of a key whose head has nobody behind it, shared by
+// all such keys (never modified), so that an uncontended Acquire allocates
+// no line.
+var headOnly = &line{}
 
 // turn is a waiter's place at the head of a line.
 type turn struct {
@@ -70,21 +61,13 @@ func waitTurn(ctx context.Context, c *Config) (turn, error) {
 	t := turn{ls, c.Key}
 	ls.mu.Lock()
 	l := ls.m[c.Key]
-	switch {
-	case l == nil:
+	if l == nil {
 		ls.m[c.Key] = headOnly
 		ls.mu.Unlock()
 		return t, nil
-	case !l.busy: // parked: take its subscription as it is
-		l.busy = true
-		l.park.Stop() // if it fired meanwhile, it finds the line busy
-		ls.mu.Unlock()
-		// A notice pending from before this Acquire is kept: at worst it
-		// costs one attempt, and a driver may mean it for this process
-		// (etcd wakes a releaser's own subscriptions at once).
-		return t, nil
-	case l == headOnly:
-		l = &line{busy: true}
+	}
+	if l == headOnly {
+		l = &line{}
 		ls.m[c.Key] = l
 	}
 	ch := make(chan struct{})
@@ -127,7 +110,7 @@ func (t turn) watch(ctx context.Context, d backends.Driver) (sub backends.Subscr
 	t.ls.mu.Lock()
 	l = t.ls.m[t.key] // a waiter may have joined meanwhile, making a line
 	if l == headOnly {
-		l = &line{busy: true}
+		l = &line{}
 		t.ls.m[t.key] = l
 	}
 	l.sub = sub
@@ -135,39 +118,21 @@ func (t turn) watch(ctx context.Context, d backends.Driver) (sub backends.Subscr
 	return sub, true, nil
 }
 
-// pass hands the head of the line to the next waiter; with nobody left it
-// parks the line's subscription for keepSub, or frees a line without one.
+// pass hands the head of the line to the next waiter, or frees the line
+// and closes its subscription.
 func (t turn) pass() {
-	ls := t.ls
-	ls.mu.Lock()
-	defer ls.mu.Unlock()
-	l := ls.m[t.key]
-	switch {
-	case len(l.turns) > 0:
+	t.ls.mu.Lock()
+	l := t.ls.m[t.key]
+	if l != headOnly && len(l.turns) > 0 {
 		next := l.turns[0]
 		l.turns = l.turns[1:]
 		close(next)
-	case l.sub == nil:
-		delete(ls.m, t.key)
-	default:
-		l.busy = false
-		if l.park == nil {
-			l.park = time.AfterFunc(keepSub, func() { ls.unpark(t.key, l) })
-		} else {
-			l.park.Reset(keepSub)
-		}
-	}
-}
-
-// unpark ends l, the parked line of key, and closes its subscription,
-// unless a waiter took it up meanwhile.
-func (ls *lines) unpark(key string, l *line) {
-	ls.mu.Lock()
-	if l.busy || ls.m[key] != l {
-		ls.mu.Unlock()
+		t.ls.mu.Unlock()
 		return
 	}
-	delete(ls.m, key)
-	ls.mu.Unlock()
-	l.sub.Close()
+	delete(t.ls.m, t.key)
+	t.ls.mu.Unlock()
+	if l.sub != nil {
+		l.sub.Close()
+	}
 }

@@ -316,9 +316,7 @@ func (w *keyWatch) notify() {
 // semaphore's attempt saw (nil for a lock): from now on only their
 // deletion counts as a release.
 func (n *notifier) refused(k string, rev int64, permits []string) {
-	n.mu.Lock()
-	w := n.watches[k]
-	n.mu.Unlock()
+	w := n.watchOf(k)
 	if w == nil {
 		return
 	}
@@ -338,12 +336,17 @@ func (n *notifier) refused(k string, rev int64, permits []string) {
 	}
 }
 
+// watchOf returns the watch of key k, or nil when nobody watches it.
+func (n *notifier) watchOf(k string) *keyWatch {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.watches[k]
+}
+
 // inLine registers the driver's waiter x, whose key is wk, in the line of
 // lock key k, for the watch of k if there is one.
 func (n *notifier) inLine(k, wk string, x *waiting) {
-	n.mu.Lock()
-	w := n.watches[k]
-	n.mu.Unlock()
+	w := n.watchOf(k)
 	if w == nil {
 		return
 	}
@@ -358,9 +361,7 @@ func (n *notifier) inLine(k, wk string, x *waiting) {
 // outOfLine forgets the driver's waiter whose key is wk in the line of
 // lock key k: served, gone, or lapsed.
 func (n *notifier) outOfLine(k, wk string) {
-	n.mu.Lock()
-	w := n.watches[k]
-	n.mu.Unlock()
+	w := n.watchOf(k)
 	if w == nil {
 		return
 	}
@@ -374,9 +375,7 @@ func (n *notifier) outOfLine(k, wk string) {
 // without waiting for the watch to report the deletion (which it will, a
 // moment later: one more notice, coalesced or spurious).
 func (n *notifier) released(k string, rev int64) {
-	n.mu.Lock()
-	w := n.watches[k]
-	n.mu.Unlock()
+	w := n.watchOf(k)
 	if w != nil {
 		w.mu.Lock()
 		w.releasedAt = max(w.releasedAt, rev)
@@ -388,9 +387,7 @@ func (n *notifier) released(k string, rev int64) {
 // lastRelease is the revision of the last release of lock key k that the
 // driver knows of: its own, or one its watch of k saw; 0 if none.
 func (n *notifier) lastRelease(k string) int64 {
-	n.mu.Lock()
-	w := n.watches[k]
-	n.mu.Unlock()
+	w := n.watchOf(k)
 	if w == nil {
 		return 0
 	}

@@ -28,7 +28,8 @@ var api = sync.OnceValue(func() *toxiproxy.ApiServer {
 type Proxy struct {
 	mu      sync.Mutex // serialises the fault changes below
 	p       *toxiproxy.Proxy
-	refused bool // the listener is closed (Refuse)
+	refused bool      // the listener is closed (Refuse)
+	held    *portHold // keeps the port while refused
 	// blackholed: the fault is Blackhole's timeout toxic. Removing it from
 	// live connections can leave a goroutine of toxiproxy blocked for good
 	// (the toxic's cleanup closes its stub without re-linking the one
@@ -92,7 +93,8 @@ func (p *Proxy) Blackhole() error {
 }
 
 // Refuse closes the listener and every open connection: new connections
-// are refused, as by a server that is down.
+// are cut at once (reset), as by a server that is down. The port stays
+// the proxy's (portHold), so that nothing else answers on it until Heal.
 func (p *Proxy) Refuse() error {
 	if err := p.clear(); err != nil {
 		return err
@@ -102,8 +104,15 @@ func (p *Proxy) Refuse() error {
 	if p.closed {
 		return errors.New("faultproxy: closed")
 	}
+	if p.refused {
+		return nil
+	}
 	p.p.Stop()
-	p.refused = true
+	held, err := holdPort(p.p.Listen)
+	if err != nil {
+		return fmt.Errorf("%w (the port may now serve another process)", err)
+	}
+	p.held, p.refused = held, true
 	return nil
 }
 
@@ -119,6 +128,8 @@ func (p *Proxy) Heal() error {
 		return errors.New("faultproxy: closed")
 	}
 	if p.refused {
+		p.held.release()
+		p.held = nil
 		if err := p.p.Start(); err != nil {
 			return fmt.Errorf("faultproxy: reopen %s: %w", p.p.Listen, err)
 		}
@@ -172,6 +183,7 @@ func (p *Proxy) Close() {
 		return
 	}
 	p.closed = true
+	p.held.release()
 	p.p.Stop() // first: see blackholed
 	p.p.Toxics.ResetToxics(context.Background())
 }

@@ -113,11 +113,24 @@ func TestFaults(t *testing.T) {
 	if err := p.Refuse(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := net.Dial("tcp", addr); !errors.Is(err, syscall.ECONNREFUSED) {
-		t.Fatalf("refused: dial %v, want connection refused", err)
+	if nc, err := net.Dial("tcp", addr); err == nil {
+		_ = nc.SetDeadline(time.Now().Add(5 * time.Second))
+		_, err = nc.Read(make([]byte, 1))
+		_ = nc.Close()
+		if !errors.Is(err, syscall.ECONNRESET) {
+			t.Fatalf("refused: a new connection read %v, want connection reset", err)
+		}
+	} else if !errors.Is(err, syscall.ECONNREFUSED) && !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("refused: dial %v, want connection refused or reset", err)
 	}
 	if _, err := c.roundTrip(5 * time.Second); err == nil {
 		t.Fatal("refused: an open connection still works")
+	}
+	// The port stays the proxy's: a server started meanwhile by another
+	// test must not take it, or the "refused" client would reach it.
+	if l, err := net.Listen("tcp", addr); err == nil {
+		_ = l.Close()
+		t.Fatalf("refused: another listener took the proxy's port %s", addr)
 	}
 
 	if err := p.Heal(); err != nil {

@@ -60,11 +60,16 @@ func (s *suite) orderTrial(t *testing.T) ([]int, error) {
 		err error
 	}
 	served := make(chan outcome, waiters)
+	order := make(chan int, waiters) // who got the lock, in turn
 	quitCtx, quit := context.WithCancel(ctx)
 	defer quit()
+	// A waiter's place lives one TTL past its last attempt, and these
+	// attempt only when woken: a TTL that outlasts the queueing of all
+	// five on a loaded machine (seconds), so that no place lapses first.
+	ttl := max(4*s.h.ShortTTL, 10*time.Second)
 	for i := range waiters {
 		p := &signalPolicy{delay: time.Minute, waiting: make(chan struct{}, 1)}
-		l := newLocker(t, s.backend(t), key, &locker.Options{Retry: p, TTL: 4 * s.h.ShortTTL})
+		l := newLocker(t, s.backend(t), key, &locker.Options{Retry: p, TTL: ttl})
 		wctx := ctx
 		if i == quitter {
 			wctx = quitCtx
@@ -72,6 +77,10 @@ func (s *suite) orderTrial(t *testing.T) ([]int, error) {
 		go func() {
 			ls, err := l.Acquire(wctx)
 			if err == nil {
+				// Sent while holding the lock, so that the lock orders
+				// these sends: after the release, the goroutines of two
+				// waiters in a row may send in either order.
+				order <- i
 				err = ls.Release(ctx)
 			}
 			served <- outcome{i, err}
@@ -89,13 +98,15 @@ func (s *suite) orderTrial(t *testing.T) ([]int, error) {
 	if err := holder.Release(ctx); err != nil {
 		return nil, err
 	}
-	var order []int
 	for range waiters - 1 {
-		o := <-served
-		if o.err != nil {
+		if o := <-served; o.err != nil {
 			return nil, fmt.Errorf("waiter %d: %v", o.i, o.err)
 		}
-		order = append(order, o.i)
 	}
-	return order, nil
+	close(order)
+	var got []int
+	for i := range order {
+		got = append(got, i)
+	}
+	return got, nil
 }

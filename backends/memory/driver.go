@@ -97,7 +97,12 @@ func (d *Driver) Acquire(ctx context.Context, req backends.Request) (backends.Gr
 	}
 	if limit == 1 {
 		e.line.prune(now)
-		if len(e.holds) > 0 || !e.line.admits(req.Waiter) {
+		refused := len(e.holds) > 0 || !e.line.admits(req.Waiter)
+		if !refused && e.line.defers(req.Waiter, now) {
+			refused = true
+			e.notify() // the lock is kept for a waiter ahead: wake it
+		}
+		if refused {
 			if req.Waiter != "" {
 				e.line.join(req.Waiter, now, req.TTL)
 			}

@@ -10,8 +10,9 @@ const HandOver = 200 * time.Millisecond
 
 // line is a lock's waiters in order (backends.Request.Waiter): a refused
 // waiter's place lives for its request's TTL after each attempt, and a
-// release keeps the lock for the first live waiter for HandOver. Guarded
-// by Store.mu.
+// release keeps the lock for the first live waiter for HandOver; a free
+// lock goes to a waiter with a place only when no live waiter is ahead
+// of it (defers). Guarded by Store.mu.
 type line struct {
 	places   map[string]time.Time // waiter -> when its place lapses
 	reserved string               // the waiter the released lock is kept for
@@ -36,6 +37,24 @@ func (l *line) prune(now time.Time) {
 // lock now: nobody is reserved for, or waiter is.
 func (l *line) admits(waiter string) bool {
 	return l.reserved == "" || l.reserved == waiter
+}
+
+// defers reports whether waiter, about to take the free lock with no
+// reservation standing, must let a live waiter ahead of it have it first,
+// and if so keeps the lock for the first of them (as handOver): a waiter
+// with a place never passes one ahead of it, even when the heir of the
+// last release let its window lapse. A waiter without a place (or a lone
+// attempt) takes a free lock as anybody does.
+func (l *line) defers(waiter string, now time.Time) bool {
+	if _, placed := l.places[waiter]; !placed {
+		return false
+	}
+	for w := range l.places {
+		if w < waiter {
+			return l.handOver(now)
+		}
+	}
+	return false
 }
 
 // join keeps waiter's place until now+ttl.

@@ -70,3 +70,52 @@ func TestLine(t *testing.T) {
 	release("lone2")
 	mustGet("x", "w9") // nobody else waits
 }
+
+// TestLapsedHeirPassesInLine: when the heir of a release lets its window
+// lapse, the free lock goes to the next live waiter in line, not to a
+// waiter behind it that comes first (it is kept for the one ahead, and the
+// later one stays in line), while a lone attempt, with no place, may
+// still take a free lock.
+func TestLapsedHeirPassesInLine(t *testing.T) {
+	ctx := context.Background()
+	d, clk := newManual(t)
+	const key = "k"
+	try := func(token, waiter string) error {
+		_, err := d.Acquire(ctx, backends.Request{Key: key, Token: token, TTL: time.Minute, Waiter: waiter})
+		return err
+	}
+	if err := try("h", ""); err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []string{"w1", "w2", "w3"} {
+		if err := try("t-"+w, w); err != backends.ErrNotAcquired {
+			t.Fatalf("%s while held: %v", w, err)
+		}
+	}
+	if err := d.Release(ctx, key, "h"); err != nil { // kept for w1
+		t.Fatal(err)
+	}
+	clk.Advance(memory.HandOver) // w1 never came
+	if err := try("t3", "w3"); err != backends.ErrNotAcquired {
+		t.Fatalf("w3, behind a live w2, after w1's window lapsed: %v, want ErrNotAcquired", err)
+	}
+	if err := try("lone", ""); err != backends.ErrNotAcquired {
+		t.Fatalf("a lone attempt while the lock is kept for w2: %v", err)
+	}
+	if err := try("t2", "w2"); err != nil {
+		t.Fatalf("w2 in its turn: %v", err)
+	}
+	if err := d.Release(ctx, key, "t2"); err != nil { // kept for w3
+		t.Fatal(err)
+	}
+	if err := try("t3b", "w3"); err != nil {
+		t.Fatalf("w3 in its turn: %v", err)
+	}
+	if err := d.Release(ctx, key, "t3b"); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(memory.HandOver)
+	if err := try("lone2", ""); err != nil {
+		t.Fatalf("a lone attempt on a free lock: %v", err)
+	}
+}

@@ -152,6 +152,57 @@ func TestHandOverWindowLapses(t *testing.T) {
 	mustGrant(t, ctx, ds[2], backends.Request{Key: key, Token: "lone", TTL: time.Second}, "a lone attempt after the window")
 }
 
+// TestLapsedHeirPassesInLine: when the heir of a release lets its window
+// lapse, a waiter behind the next live one that comes first does not take
+// the free lock: it is kept for the one ahead (its client woken by the
+// notice naming it), and the later one stays in line for its own turn.
+// Fenced and unfenced.
+func TestLapsedHeirPassesInLine(t *testing.T) {
+	for _, fence := range []bool{true, false} {
+		t.Run(fmt.Sprintf("fence=%v", fence), func(t *testing.T) {
+			srv := redistest.Start(t, nil)
+			c := srv.NewClient(t)
+			ctx := testutil.Context(t)
+			ds := drivers(t, srv, 4)
+			key := testutil.UniqueKey(t)
+			mustGrant(t, ctx, ds[0], backends.Request{Key: key, Token: "holder", TTL: 10 * time.Second, Fence: fence}, "holder")
+			names := []string{waiterName(1, "heir"), waiterName(2, "next"), waiterName(3, "last")}
+			for i, w := range names {
+				mustRefuse(t, ctx, ds[i+1], waiterReq(key, w, fence), w+" while held")
+			}
+			sub, err := ds[2].WatchReleases(ctx, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sub.Close()
+			if err := ds[0].Release(ctx, key, "holder"); err != nil {
+				t.Fatal(err)
+			}
+			held := func() string { return c.Get(ctx, "dsync:{"+key+"}").Val() }
+			testutil.Eventually(t, 10*time.Second, "the heir's window to lapse", func() bool { return held() != "\r"+names[0] })
+			for len(sub.C()) > 0 { // nothing so far names it
+				<-sub.C()
+			}
+			mustRefuse(t, ctx, ds[3], waiterReq(key, names[2], fence), "the last waiter once the heir's window lapsed")
+			if v := held(); v != "\r"+names[1] {
+				t.Fatalf("the lock holds %q, want it kept for %s, the next live waiter", v, names[1])
+			}
+			select {
+			case <-sub.C():
+			case <-time.After(10 * time.Second):
+				t.Fatalf("%s's client was not woken", names[1])
+			}
+			mustRefuse(t, ctx, ds[0], backends.Request{Key: key, Token: "lone", TTL: time.Second, Fence: fence}, "a lone attempt while kept for "+names[1])
+			r := waiterReq(key, names[1], fence)
+			mustGrant(t, ctx, ds[2], r, names[1]+" in its turn")
+			if err := ds[2].Release(ctx, key, r.Token); err != nil {
+				t.Fatal(err)
+			}
+			mustGrant(t, ctx, ds[3], waiterReq(key, names[2], fence), names[2]+" in its turn, after the lapsed heir")
+		})
+	}
+}
+
 // TestDeadWaiterSkipped: a waiter whose place lapsed (its TTL passed with
 // no attempt: its process died) no longer holds up the hand-over, which
 // goes to the next live waiter.

@@ -13,6 +13,13 @@
 -- ARGV[6]  the waiter making the attempt, "" for none (a lock's only):
 --          refused, it joins the line (see hold.lua); granted, it leaves
 --          it; a lock kept for it, it takes
+-- ARGV[7]  "1" when the waiter may have a place in the line already (an
+--          earlier attempt of its was refused here), "0" when it has
+--          none: then a free lock is its, as anybody's
+-- ARGV[8]  the hand-over window, in ms: a free lock that a waiter with a
+--          place would take goes to the first live waiter ahead of it,
+--          if any, for that long, as after a release (the heir of the
+--          last release let its window lapse); the waiter stays in line
 --
 -- Returns -M when K is held with another limit M; 0 when the hold is
 -- taken (or kept for another waiter); otherwise the new fence counter when
@@ -27,7 +34,13 @@ if held and held ~= limit then
 	return -held
 end
 if redis.call("SET", KEYS[1], ARGV[1], "NX", "PX", ARGV[2]) then
-	if w ~= "" and not slot then
+	if w ~= "" and not slot and ARGV[7] == "1" then
+		local heir = line_hand(KEYS[2], tonumber(ARGV[8]), w)
+		if heir then
+			line_join(KEYS[2], w, tonumber(ARGV[2]))
+			redis.call("PUBLISH", KEYS[2] .. ":released", heir)
+			return 0
+		end
 		line_leave(KEYS[2], w)
 	end
 else

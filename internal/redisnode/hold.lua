@@ -14,7 +14,9 @@
 -- key P{K}:w:NAME lives: TTL after its last refused attempt. A released
 -- lock goes to the first live waiter: P{K} holds the reservation "\r" ..
 -- NAME (never a hold: no token starts with "\r") for a hand-over window,
--- in which only that waiter's attempt takes it; then it is free.
+-- in which only that waiter's attempt takes it; then it is free, but a
+-- waiter with a place takes it only if no live waiter is ahead of it:
+-- otherwise it is kept for the first of those (see acquire.lua).
 
 -- hold_owned reports whether the hold v belongs to token.
 local function hold_owned(v, token)
@@ -88,15 +90,22 @@ local function line_leave(own, w)
 	end
 end
 
--- line_hand keeps the free lock own for the first live waiter in its line,
--- for window ms, after dropping the dead ones before it (at most 16 a
--- call), and returns that waiter, or nil. The waiter's liveness is cut to the
--- window: one that lets it lapse (slow, or dead) counts again only from
--- its next attempt, at its old place, so that a dead waiter costs the
--- others one window, not one per release for its TTL.
-local function line_hand(own, window)
+-- line_hand keeps the free lock own for the first live waiter in its line
+-- (or, given before, the first ahead of that name), for window ms, after
+-- dropping the dead ones before it (at most 16 a call), and returns that
+-- waiter, or nil. The waiter's liveness is cut to the window: one that
+-- lets it lapse (slow, or dead) counts again only from its next attempt,
+-- at its old place, so that a dead waiter costs the others one window,
+-- not one per release for its TTL.
+local function line_hand(own, window, before)
 	local line = own .. ":line"
-	for _, w in ipairs(redis.call("ZRANGE", line, 0, 15)) do
+	local names
+	if before then
+		names = redis.call("ZRANGEBYLEX", line, "-", "(" .. before, "LIMIT", 0, 16)
+	else
+		names = redis.call("ZRANGE", line, 0, 15)
+	end
+	for _, w in ipairs(names) do
 		local live = own .. ":w:" .. w
 		local ttl = redis.call("PTTL", live)
 		if ttl ~= -2 then

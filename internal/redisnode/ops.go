@@ -83,7 +83,8 @@ func (n *Node) Acquire(ctx context.Context, t Target, h Hold) (uint64, error) {
 		n.waiting.add(t.Key, h.Waiter)
 	}
 	r, err := acquireScript.Run(ctx, n.client, []string{hold, own, fenceKey(n.prefix, own)},
-		h.value(), ttl.Milliseconds(), t.limit(), flag(h.Fence), max(h.SeedStep.Microseconds(), 1), h.Waiter).Int64()
+		h.value(), ttl.Milliseconds(), t.limit(), flag(h.Fence), max(h.SeedStep.Microseconds(), 1), h.Waiter,
+		flag(known), HandOver.Milliseconds()).Int64()
 	if h.Waiter != "" && err == nil && r != 0 {
 		n.waiting.done(t.Key, h.Waiter)
 	}

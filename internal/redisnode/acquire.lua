@@ -1,5 +1,5 @@
 -- acquire.lua: one attempt on a lock, or on one slot of a Redlock
--- semaphore. Runs after fence.lua and hold.lua.
+-- semaphore. Runs after fence.lua, hold.lua and line.lua.
 --
 -- KEYS[1]  the hold                 P{K} for a lock, P{K}:slot:I for slot I
 -- KEYS[2]  the key's own hold       P{K}: the lock, or the slots' marker
@@ -11,7 +11,7 @@
 -- ARGV[5]  the seed step of a missing counter, in microseconds (see
 --          fence.lua)
 -- ARGV[6]  the waiter making the attempt, "" for none (a lock's only):
---          refused, it joins the line (see hold.lua); granted, it leaves
+--          refused, it joins the line (see line.lua); granted, it leaves
 --          it; a lock kept for it, it takes
 -- ARGV[7]  "1" when the waiter may have a place in the line already (an
 --          earlier attempt of its was refused here), "0" when it has

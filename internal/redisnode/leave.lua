@@ -1,9 +1,9 @@
 -- leave.lua: a waiter gives up its place in a lock's line. Runs after
--- hold.lua.
+-- hold.lua and line.lua.
 --
 -- KEYS[1]  the lock                 P{K}
 -- ARGV[1]  the waiter
--- ARGV[2]  the hand-over window, in ms (see hold.lua)
+-- ARGV[2]  the hand-over window, in ms (see line.lua)
 --
 -- Returns 1 when the lock was kept for the waiter: it is now kept for the
 -- next live waiter in line, or free, and waiters are told on

@@ -117,7 +117,7 @@ func (n *Notifier) Watch(ctx context.Context, key string) (backends.Subscription
 // dispatch hands each release message to the watchers of its channel,
 // without blocking: a watcher that has not taken the last notice yet has
 // nothing to gain from a second one. A lock kept for a waiter (the
-// message names it, see hold.lua) wakes the watchers of its key only
+// message names it, see line.lua) wakes the watchers of its key only
 // where that waiter was put in line from this node: nobody else can take
 // the lock meanwhile, and a crowd of refused attempts would only slow
 // the hand-over down.

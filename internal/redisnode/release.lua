@@ -1,5 +1,5 @@
 -- release.lua: compare-and-delete, then tell waiters. Runs after
--- sem_common.lua and hold.lua.
+-- sem_common.lua, hold.lua and line.lua.
 --
 -- KEYS[1]  the hold                 P{K} (a lock, or a single server's
 --                                   semaphore), or P{K}:slot:I
@@ -11,7 +11,7 @@
 --          kept for another waiter than its own; otherwise publish on
 --          P{K}:released, to which every waiter of K listens: "released",
 --          or the name of the waiter the lock is kept for
--- ARGV[3]  the hand-over window of a lock, in ms (see hold.lua)
+-- ARGV[3]  the hand-over window of a lock, in ms (see line.lua)
 -- ARGV[4]  the waiter of the attempt withdrawn, "" for none: it goes
 --          back in the lock's line, for ARGV[5] ms, before the lock is
 --          handed on (a failed Redlock round keeps its waiter's place)
@@ -32,7 +32,9 @@ if type(v) ~= "table" then
 			if ARGV[4] ~= "" then
 				line_join(KEYS[2], ARGV[4], tonumber(ARGV[5]))
 			end
-			heir = line_hand(KEYS[2], tonumber(ARGV[3]))
+			if redis.call("EXISTS", KEYS[2] .. ":line") == 1 then
+				heir = line_hand(KEYS[2], tonumber(ARGV[3]))
+			end
 			if not heir then
 				redis.call("DEL", KEYS[1])
 			end

@@ -7,13 +7,17 @@ import (
 )
 
 // Each script is one Lua file after the helpers it calls (fence.lua,
-// hold.lua, sem_common.lua), run with EVALSHA, falling back to EVAL when
-// the server's script cache was emptied.
+// hold.lua, line.lua, sem_common.lua), and only those: every run defines
+// its helpers anew, so a helper a script never calls costs it time. Run
+// with EVALSHA, falling back to EVAL when the server's script cache was
+// emptied.
 var (
 	//go:embed fence.lua
 	fenceSrc string
 	//go:embed hold.lua
 	holdSrc string
+	//go:embed line.lua
+	lineSrc string
 	//go:embed sem_common.lua
 	semCommonSrc string
 
@@ -36,13 +40,13 @@ var (
 	//go:embed leave.lua
 	leaveSrc string
 
-	acquireScript    = goredis.NewScript(fenceSrc + holdSrc + acquireSrc)
+	acquireScript    = goredis.NewScript(fenceSrc + holdSrc + lineSrc + acquireSrc)
 	semAcquireScript = goredis.NewScript(fenceSrc + semCommonSrc + semAcquireSrc)
-	releaseScript    = goredis.NewScript(semCommonSrc + holdSrc + releaseSrc)
+	releaseScript    = goredis.NewScript(semCommonSrc + holdSrc + lineSrc + releaseSrc)
 	refreshScript    = goredis.NewScript(semCommonSrc + holdSrc + refreshSrc)
 	limitScript      = goredis.NewScript(holdSrc + limitSrc)
 	holderScript     = goredis.NewScript(semCommonSrc + holderSrc)
 	holdsScript      = goredis.NewScript(holdsSrc)
 	raiseFenceScript = goredis.NewScript(raiseFenceSrc)
-	leaveScript      = goredis.NewScript(holdSrc + leaveSrc)
+	leaveScript      = goredis.NewScript(holdSrc + lineSrc + leaveSrc)
 )

@@ -26,10 +26,8 @@ var api = sync.OnceValue(func() *toxiproxy.ApiServer {
 // Its methods are safe for concurrent use. Each fault replaces the previous
 // one; Heal removes it.
 type Proxy struct {
-	mu      sync.Mutex // serialises the fault changes below
-	p       *toxiproxy.Proxy
-	refused bool      // the listener is closed (Refuse)
-	held    *portHold // keeps the port while refused
+	mu sync.Mutex // serialises the fault changes below
+	p  *toxiproxy.Proxy
 	// blackholed: the fault is Blackhole's timeout toxic. Removing it from
 	// live connections can leave a goroutine of toxiproxy blocked for good
 	// (the toxic's cleanup closes its stub without re-linking the one
@@ -92,66 +90,20 @@ func (p *Proxy) Blackhole() error {
 	return nil
 }
 
-// Refuse closes the listener and every open connection: new connections
-// are cut at once (reset), as by a server that is down. The port stays
-// the proxy's (portHold), so that nothing else answers on it until Heal.
+// Refuse cuts every connection, open or new, at its next byte either way
+// (a reset, discarding what was sent), as a server that is down would:
+// nothing reaches the server. The proxy keeps listening, so that its port
+// is never free for another process to take: a client of a refused proxy
+// must never reach someone else's server (closing the listener let the
+// kernel hand the port to any test that asked for a free one).
 func (p *Proxy) Refuse() error {
-	if err := p.clear(); err != nil {
-		return err
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return errors.New("faultproxy: closed")
-	}
-	if p.refused {
-		return nil
-	}
-	p.p.Stop()
-	held, err := holdPort(p.p.Listen)
-	if err != nil {
-		return fmt.Errorf("%w (the port may now serve another process)", err)
-	}
-	p.held, p.refused = held, true
-	return nil
+	return p.fault(
+		`{"name":"refuse-up","type":"reset_peer","stream":"upstream","attributes":{"timeout":0}}`,
+		`{"name":"refuse-down","type":"reset_peer","stream":"downstream","attributes":{"timeout":0}}`)
 }
 
-// Heal removes the current fault: toxics are dropped and the listener is
-// reopened on the same port if Refuse closed it.
+// Heal removes the current fault: toxics are dropped.
 func (p *Proxy) Heal() error {
-	if err := p.clear(); err != nil {
-		return err
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return errors.New("faultproxy: closed")
-	}
-	if p.refused {
-		p.held.release()
-		p.held = nil
-		if err := p.p.Start(); err != nil {
-			return fmt.Errorf("faultproxy: reopen %s: %w", p.p.Listen, err)
-		}
-		p.refused = false
-	}
-	return nil
-}
-
-// fault installs one toxic, replacing the previous one.
-func (p *Proxy) fault(toxic string) error {
-	if err := p.Heal(); err != nil {
-		return err
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if _, err := p.p.Toxics.AddToxicJson(strings.NewReader(toxic)); err != nil {
-		return fmt.Errorf("faultproxy: %w", err)
-	}
-	return nil
-}
-
-func (p *Proxy) clear() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
@@ -159,18 +111,32 @@ func (p *Proxy) clear() error {
 	}
 	if p.blackholed {
 		// Close the connections (their links end through the toxic),
-		// then remove it, then listen again on the same port.
+		// then remove it, then listen again on the same port (free for
+		// that moment only).
 		p.p.Stop()
 		p.p.Toxics.ResetToxics(context.Background())
 		p.blackholed = false
-		if !p.refused {
-			if err := p.p.Start(); err != nil {
-				return fmt.Errorf("faultproxy: reopen %s: %w", p.p.Listen, err)
-			}
+		if err := p.p.Start(); err != nil {
+			return fmt.Errorf("faultproxy: reopen %s: %w", p.p.Listen, err)
 		}
 		return nil
 	}
 	p.p.Toxics.ResetToxics(context.Background())
+	return nil
+}
+
+// fault installs toxics, replacing the previous fault.
+func (p *Proxy) fault(toxics ...string) error {
+	if err := p.Heal(); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, toxic := range toxics {
+		if _, err := p.p.Toxics.AddToxicJson(strings.NewReader(toxic)); err != nil {
+			return fmt.Errorf("faultproxy: %w", err)
+		}
+	}
 	return nil
 }
 
@@ -183,7 +149,6 @@ func (p *Proxy) Close() {
 		return
 	}
 	p.closed = true
-	p.held.release()
 	p.p.Stop() // first: see blackholed
 	p.p.Toxics.ResetToxics(context.Background())
 }

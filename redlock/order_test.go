@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	"github.com/dsync-dev/dsync/backends"
 	"github.com/dsync-dev/dsync/internal/redisnode"
 	"github.com/dsync-dev/dsync/internal/testenv/testutil"
@@ -136,7 +138,11 @@ func TestSplitRoundKeepsTurn(t *testing.T) {
 	for i := range ds {
 		_, ds[i] = openBackend(t, redlockURL(servers, faultQuery("")))
 	}
-	n0, err := redisnode.New(servers[0].NewClient(t), "")
+	var clients []*goredis.Client
+	for _, srv := range servers {
+		clients = append(clients, srv.NewClient(t))
+	}
+	n0, err := redisnode.New(clients[0], "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,6 +155,13 @@ func TestSplitRoundKeepsTurn(t *testing.T) {
 		first := orderReq(key, "")
 		start := time.Now() // the hold expires after start + its TTL
 		grant(t, ctx, ds[0], first, "holder")
+		// The round returned at a quorum (2 of 3); the test needs the hold
+		// on every master (a request may land later, and is kept).
+		for i, c := range clients {
+			testutil.Eventually(t, 10*time.Second, fmt.Sprintf("the holder's hold on master %d", i), func() bool {
+				return c.Get(ctx, "dsync:{"+key+"}").Val() == first.Token
+			})
+		}
 		a, b := orderWaiter(1, "a"), orderWaiter(2, "b")
 		refuse(t, ctx, ds[1], orderReq(key, a), "a")
 		refuse(t, ctx, ds[2], orderReq(key, b), "b")

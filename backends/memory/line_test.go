@@ -96,8 +96,18 @@ func TestLapsedHeirPassesInLine(t *testing.T) {
 		t.Fatal(err)
 	}
 	clk.Advance(memory.HandOver) // w1 never came
+	sub, err := d.WatchReleases(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
 	if err := try("t3", "w3"); err != backends.ErrNotAcquired {
 		t.Fatalf("w3, behind a live w2, after w1's window lapsed: %v, want ErrNotAcquired", err)
+	}
+	select {
+	case <-sub.C(): // w2's client is woken for the lock kept for it
+	default:
+		t.Fatal("the lock kept for w2 woke nobody")
 	}
 	if err := try("lone", ""); err != backends.ErrNotAcquired {
 		t.Fatalf("a lone attempt while the lock is kept for w2: %v", err)

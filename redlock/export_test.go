@@ -28,3 +28,6 @@ func SlotOf(d *Driver, key, token string) (int, bool) {
 // WithoutWorkers makes d run every node request on a fresh goroutine, for
 // BenchmarkWorkers. Call it before d's first request.
 func WithoutWorkers(d *Driver) { d.noWorkers = true }
+
+// ParseServerInfo is parseServerInfo, for its table test.
+var ParseServerInfo = parseServerInfo

@@ -35,7 +35,7 @@ import (
 // restarting one never disturbs another test, and they run in parallel.
 // Their TTLs stay at or below faultMaxTTL, a whole number of seconds, so
 // that a driver that connects after waitOutQuarantine sees no quarantine
-// either (uptime_in_seconds counts whole seconds). The per-node timeout is
+// either (Redis records its start to the second). The per-node timeout is
 // set well above loopback latency under the race detector, so that a
 // healthy node is not taken for a slow one.
 const (
@@ -700,6 +700,96 @@ func TestQuarantineLastsMaxTTL(t *testing.T) {
 	if cleared.Before(began.Add(faultMaxTTL)) {
 		t.Errorf("BUG: node 0 voted again %v after its restart began, before max_ttl %v: locks it held may still be valid (uptime_in_seconds is not rounded down)",
 			cleared.Sub(began).Round(time.Millisecond), faultMaxTTL)
+	}
+}
+
+// TestQuarantineEndsTogether: clients that connect to a fresh node at
+// different moments end its quarantine at the same moment. The driver
+// reads the start from uptime_in_seconds, a count of whole seconds, and
+// server_time_usec, whose fraction of a second makes up the rest; with
+// the whole seconds only, a client that connects late in a second and one
+// that connects early in the next end it up to a second apart, and the
+// one that connected first waits the longer: under contention, the other
+// takes the lock again and again meanwhile.
+func TestQuarantineEndsTogether(t *testing.T) {
+	t.Parallel()
+	server := redistest.Start(t, nil)
+	url := redlockURL([]*redistest.Server{server}, "max_ttl=30s")
+	ctx := context.Background()
+	// untilFrac waits for the next wall-clock instant at frac into a
+	// second (the server's clock is this machine's).
+	untilFrac := func(frac time.Duration) {
+		now := time.Now()
+		next := now.Truncate(time.Second).Add(frac)
+		if !next.After(now) {
+			next = next.Add(time.Second)
+		}
+		time.Sleep(time.Until(next)) // a wall-clock instant, not a condition
+	}
+	// quarantineEnd connects a new client and returns the end of the
+	// node's quarantine in its eyes, and the second it connected in.
+	quarantineEnd := func() (time.Time, time.Time) {
+		b := open(t, url)
+		defer b.Close()
+		before := time.Now()
+		h, err := b.Driver().Health(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		after := time.Now()
+		if before.Truncate(time.Second) != after.Truncate(time.Second) {
+			return time.Time{}, time.Time{} // connected across a second boundary
+		}
+		return h.Nodes[0].QuarantinedUntil, before.Truncate(time.Second)
+	}
+	for trial := 1; ; trial++ {
+		if trial > 10 {
+			t.Fatal("no trial connected two clients half a second apart across a second boundary (machine too busy)")
+		}
+		untilFrac(500 * time.Millisecond)
+		first, s1 := quarantineEnd()
+		untilFrac(10 * time.Millisecond)
+		second, s2 := quarantineEnd()
+		if first.IsZero() || second.IsZero() || s2.Sub(s1) != time.Second {
+			continue // the setup did not land: the clients must connect in consecutive seconds
+		}
+		if first.Before(time.Now()) || second.Before(time.Now()) {
+			t.Fatalf("trial %d: the fresh node is not quarantined (%v, %v)", trial, first, second)
+		}
+		d := first.Sub(second)
+		t.Logf("trial %d: the two clients' ends of the quarantine differ by %v", trial, d.Round(time.Millisecond))
+		if d.Abs() > 200*time.Millisecond {
+			t.Errorf("a client that connected %v into a second and one that connected in the next end the quarantine %v apart; want them together",
+				500*time.Millisecond, d.Round(time.Millisecond))
+		}
+		return
+	}
+}
+
+// TestParseServerInfo: the uptime counts from the start of the second the
+// process started in, from Redis 6.2's server_time_usec when there is one
+// and from the whole seconds alone before it.
+func TestParseServerInfo(t *testing.T) {
+	for _, c := range []struct {
+		info   string
+		uptime time.Duration
+		err    string
+	}{
+		{"# Server\r\nrun_id:abc\r\nserver_time_usec:1700000003250000\r\nuptime_in_seconds:3\r\n", 3250 * time.Millisecond, ""},
+		{"run_id:abc\r\nuptime_in_seconds:7\r\n", 7 * time.Second, ""},
+		{"run_id:abc\r\nserver_time_usec:x\r\nuptime_in_seconds:3\r\n", 0, "server_time_usec"},
+		{"server_time_usec:1700000003250000\r\nuptime_in_seconds:3\r\n", 0, "lacks run_id"},
+	} {
+		id, up, err := redlock.ParseServerInfo(c.info)
+		if c.err != "" {
+			if err == nil || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("%q: err = %v, want one naming %s", c.info, err, c.err)
+			}
+			continue
+		}
+		if err != nil || id != "abc" || up != c.uptime {
+			t.Errorf("%q: %q, %v, %v; want abc, %v", c.info, id, up, err, c.uptime)
+		}
 	}
 }
 

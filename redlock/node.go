@@ -85,11 +85,10 @@ func (n *node) onConnect(ctx context.Context, cn *goredis.Conn) error {
 	defer n.mu.Unlock()
 	restarted := n.runID != "" && n.runID != runID
 	n.runID, n.alias = runID, alias
-	// uptime_in_seconds is the difference of two instants each truncated
-	// to the second, so it may exceed the true uptime by up to a second: a
-	// process that started late in the previous second reports 1 a few
-	// milliseconds later. It started before now - uptime + 1s, and its
-	// locks from before a restart are all gone by then + MaxTTL.
+	// uptime is the time since the start of the second in which the
+	// process started (see parseServerInfo), so it started before
+	// now - uptime + 1s, and its locks from before a restart are all gone
+	// by then + MaxTTL.
 	started := now.Add(-uptime).Add(time.Second)
 	if n.quarantine {
 		if end := started.Add(n.maxTTL); end.After(n.until) {
@@ -144,8 +143,18 @@ func (n *node) quarantinedUntil() time.Time {
 	return n.until
 }
 
+// parseServerInfo reads a server's run_id from INFO server, and the time
+// since the start of the second in which its process started.
+// uptime_in_seconds is the difference of two instants each truncated to
+// the second, the server's cached time and its start, so it may fall short
+// of that time by up to a second; server_time_usec (Redis 6.2 and later) is
+// that same cached time, and its fraction of a second makes up the
+// difference exactly. Without it the uptime is the whole seconds only, up
+// to a second short: the quarantine then lasts up to a second longer, and
+// clients that connected at different moments end it at different times.
 func parseServerInfo(info string) (runID string, uptime time.Duration, err error) {
 	var haveUptime bool
+	var frac time.Duration
 	for _, line := range strings.Split(info, "\n") {
 		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
 		if !ok {
@@ -160,12 +169,18 @@ func parseServerInfo(info string) (runID string, uptime time.Duration, err error
 				return "", 0, fmt.Errorf("redlock: INFO server: uptime_in_seconds %q: %w", v, perr)
 			}
 			uptime, haveUptime = time.Duration(s)*time.Second, true
+		case "server_time_usec":
+			us, perr := strconv.ParseInt(v, 10, 64)
+			if perr != nil {
+				return "", 0, fmt.Errorf("redlock: INFO server: server_time_usec %q: %w", v, perr)
+			}
+			frac = time.Duration(us%1e6) * time.Microsecond
 		}
 	}
 	if runID == "" || !haveUptime {
 		return "", 0, errors.New("redlock: INFO server lacks run_id or uptime_in_seconds")
 	}
-	return runID, uptime, nil
+	return runID, uptime + frac, nil
 }
 
 // excluded returns why the node's vote does not count at now: an error

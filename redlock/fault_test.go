@@ -727,7 +727,9 @@ func TestQuarantineEndsTogether(t *testing.T) {
 		time.Sleep(time.Until(next)) // a wall-clock instant, not a condition
 	}
 	// quarantineEnd connects a new client and returns the end of the
-	// node's quarantine in its eyes, and the second it connected in.
+	// node's quarantine in its eyes, and the second it connected in; zero
+	// when the connection took long enough to blur the answer, or spanned
+	// two seconds.
 	quarantineEnd := func() (time.Time, time.Time) {
 		b := open(t, url)
 		defer b.Close()
@@ -737,21 +739,21 @@ func TestQuarantineEndsTogether(t *testing.T) {
 			t.Fatal(err)
 		}
 		after := time.Now()
-		if before.Truncate(time.Second) != after.Truncate(time.Second) {
-			return time.Time{}, time.Time{} // connected across a second boundary
+		if after.Sub(before) > 100*time.Millisecond || before.Truncate(time.Second) != after.Truncate(time.Second) {
+			return time.Time{}, time.Time{}
 		}
 		return h.Nodes[0].QuarantinedUntil, before.Truncate(time.Second)
 	}
 	for trial := 1; ; trial++ {
 		if trial > 10 {
-			t.Fatal("no trial connected two clients half a second apart across a second boundary (machine too busy)")
+			t.Fatal("no trial connected two clients quickly, half a second apart, across a second boundary (machine too busy)")
 		}
 		untilFrac(500 * time.Millisecond)
 		first, s1 := quarantineEnd()
 		untilFrac(10 * time.Millisecond)
 		second, s2 := quarantineEnd()
 		if first.IsZero() || second.IsZero() || s2.Sub(s1) != time.Second {
-			continue // the setup did not land: the clients must connect in consecutive seconds
+			continue // the setup did not land: quick connections in consecutive seconds
 		}
 		if first.Before(time.Now()) || second.Before(time.Now()) {
 			t.Fatalf("trial %d: the fresh node is not quarantined (%v, %v)", trial, first, second)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"image/png"
 	"math"
 	"os"
@@ -90,6 +91,39 @@ func TestCycles(t *testing.T) {
 	}
 	if s.Cycles == 0 || s.P50Us <= 0 || s.P99Us < s.P50Us || s.MeanUs <= 0 {
 		t.Errorf("cycles: %+v", s)
+	}
+}
+
+// failLock fails every lock call with an error no retry cures.
+type failLock struct{}
+
+func (failLock) lock(context.Context, string) (func(context.Context) error, error) {
+	return nil, dsync.ErrInvalid
+}
+func (failLock) close() {}
+
+// TestInterleaved: every target of the turn completes cycles, and one that
+// fails is reported without stopping the others.
+func TestInterleaved(t *testing.T) {
+	b := memoryBackend(t)
+	a := dsyncTarget("memory", "", b, "", &locker.Options{TTL: lockTTL})
+	c := dsyncTarget("memory", "no fencing", b, "", &locker.Options{TTL: lockTTL, NoFencing: true})
+	bad := &target{name: "failing", group: "memory", newWorker: func(context.Context) (worker, error) { return failLock{}, nil }}
+	for _, x := range []*target{a, c, bad} {
+		defer x.close()
+	}
+	samples, failed := runInterleaved(context.Background(), []*target{a, bad, c}, 100*time.Millisecond)
+	for _, x := range []*target{a, c} {
+		s, ok := samples[x.id()]
+		if !ok || s.Cycles == 0 || s.P50Us <= 0 || s.P99Us < s.P50Us || s.MeanUs <= 0 {
+			t.Errorf("%s: %+v (present: %v)", x.id(), s, ok)
+		}
+	}
+	if n1, n2 := samples[a.id()].Cycles, samples[c.id()].Cycles; n1 < n2-1 || n2 < n1-1 {
+		t.Errorf("interleaved targets ran %d and %d cycles; want one each in turn", n1, n2)
+	}
+	if _, ok := samples[bad.id()]; ok || !errors.Is(failed[bad.id()], dsync.ErrInvalid) {
+		t.Errorf("the failing target: sample present %v, error %v", ok, failed[bad.id()])
 	}
 }
 

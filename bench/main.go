@@ -14,9 +14,10 @@
 //	bench compare -old F,... -new F,...    two builds' runs side by side (compare.sh)
 //
 // Every target runs in every round, in a short slice per scenario, in an
-// order rotated each round, so that all see the same machine noise; ratios
-// are taken within a round and summarised as the median, min and max over
-// rounds.
+// order rotated each round, so that all see the same machine noise (the
+// uncontended scenario interleaves the targets of a group cycle by cycle,
+// in one slice as long as theirs); ratios are taken within a round and
+// summarised as the median, min and max over rounds.
 package main
 
 import (
@@ -305,16 +306,43 @@ func (r *runner) plan(srv *servers, targets, semFree, semPool []*target) []step 
 	for _, sc := range cfg.Scenarios {
 		switch sc {
 		case scUncontended:
+			// The targets of one group of servers interleaved, cycle by
+			// cycle: the cost ratios are this scenario's point.
+			var groups []string
+			byGroup := map[string][]*target{}
 			for _, t := range targets {
 				if t.cycles {
-					add(sc, t, func(ctx context.Context, round int, rd *Round) error {
-						s, err := runCycles(ctx, t, 1, warm(round, slice), func(int) string { return nextKey("u") })
-						if err == nil {
-							put(&rd.Uncontended, t.id(), s)
-						}
-						return err
-					})
+					if byGroup[t.group] == nil {
+						groups = append(groups, t.group)
+					}
+					byGroup[t.group] = append(byGroup[t.group], t)
 				}
+			}
+			for _, g := range groups {
+				ts := byGroup[g]
+				what := sc + ": " + g
+				steps = append(steps, step{what: what, run: func(ctx context.Context, round int, rd *Round) error {
+					r.progress(r.done, r.total, what)
+					r.done++
+					var live []*target
+					for _, t := range ts {
+						if _, failed := r.res.Errors[sc+": "+t.id()]; !failed {
+							live = append(live, t)
+						}
+					}
+					samples, failed := runInterleaved(ctx, live, warm(round, slice*time.Duration(len(live))))
+					if ctx.Err() != nil {
+						return ctx.Err()
+					}
+					for id, s := range samples {
+						put(&rd.Uncontended, id, s)
+					}
+					for id, err := range failed {
+						r.res.Errors[sc+": "+id] = err.Error()
+						fmt.Fprintf(os.Stderr, "\n%s: %s: %v (dropped from the run)\n", sc, id, err)
+					}
+					return nil
+				}})
 			}
 		case scThroughput:
 			for _, t := range targets {

@@ -143,6 +143,81 @@ func runCycles(ctx context.Context, t *target, n int, d time.Duration, keyOf fun
 	}, nil
 }
 
+// runInterleaved runs lock+unlock cycles of the targets ts on one
+// goroutine, one cycle of each in turn (the order rotated every turn), each
+// on a fresh key, for d in all, and records each cycle's latency. Every
+// target meets the same moments of machine noise, so ratios between them
+// compare like for like, where slices one after the other would differ by
+// whatever the machine did in between. It returns the sample of each
+// target that completed cycles, and the error of each that failed.
+func runInterleaved(ctx context.Context, ts []*target, d time.Duration) (map[string]CycleSample, map[string]error) {
+	type run struct {
+		t     *target
+		w     worker
+		lats  []time.Duration
+		spent time.Duration // in its cycles, failed ones included
+		errs  errTally
+	}
+	failed := map[string]error{}
+	var runs []*run
+	for _, t := range ts {
+		ws, err := t.workerSet(ctx, 1)
+		if err != nil {
+			failed[t.id()] = err
+			continue
+		}
+		runs = append(runs, &run{t: t, w: ws[0]})
+	}
+	end := time.Now().Add(d)
+	lctx, cancel := context.WithDeadline(ctx, end.Add(lockTimeout))
+	defer cancel()
+	for turn := 0; time.Now().Before(end); turn++ {
+		active := 0
+		for i := range runs {
+			r := runs[(turn+i)%len(runs)]
+			if r.errs.stopped() {
+				continue
+			}
+			active++
+			t0 := time.Now()
+			unlock, err := r.w.lock(lctx, nextKey("u"))
+			if err == nil {
+				err = unlock(lctx)
+			}
+			took := time.Since(t0)
+			r.spent += took
+			if err != nil {
+				r.errs.add(lctx, err)
+				continue
+			}
+			r.lats = append(r.lats, took)
+		}
+		if active == 0 {
+			break
+		}
+	}
+	out := map[string]CycleSample{}
+	for _, r := range runs {
+		switch {
+		case r.errs.fatal != nil:
+			failed[r.t.id()] = r.errs.fatal
+		case len(r.lats) == 0:
+			failed[r.t.id()] = errors.New("no cycle completed")
+		default:
+			slices.Sort(r.lats)
+			out[r.t.id()] = CycleSample{
+				Cycles:  len(r.lats),
+				Seconds: r.spent.Seconds(),
+				MeanUs:  micros(r.spent) / float64(len(r.lats)),
+				P50Us:   micros(percentile(r.lats, 0.50)),
+				P99Us:   micros(percentile(r.lats, 0.99)),
+				Errors:  r.errs.n,
+			}
+		}
+	}
+	return out, failed
+}
+
 // runContended runs n goroutines that lock key on t over and over for d,
 // each staying inside for work, at most capacity of them at once: busy
 // (a loop, as CPU-bound work would) or asleep (as a holder waiting on I/O

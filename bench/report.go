@@ -308,7 +308,7 @@ func markdown(s *Summary) string {
 	}
 	p(".\n\n")
 	c := s.Config
-	p("Every target runs in every round, one slice each (%v; %v for contention and the semaphore pool), in an order rotated every round, so that all see the same machine noise. "+
+	p("Every target runs in every round, one slice each (%v; %v for contention and the semaphore pool), in an order rotated every round, so that all see the same machine noise; the uncontended scenario runs the targets of one group of servers interleaved, one cycle each in turn. "+
 		"%d rounds; ratios are taken within a round and shown as the median (min-max) over rounds. "+
 		"Lock TTL %v for every library; redsync with its shipped retry (32 tries, 50-250 ms apart), redislock with the retry of its documentation's example (every 100 ms; its shipped default is a single attempt), dsync with its defaults (jittered exponential 10-200 ms, woken by release notices), etcd's Mutex as shipped. "+
 		"The floors are go-redis `SET NX PX` plus a compare-and-delete script, on 1 instance, and fanned out in parallel to 5 (waiting for all 5 replies). The fenced floors draw a fencing token as cheaply as a server can: `SET NX PX` and `INCR` of one counter for every key in one script, the token being the largest counter of the replies (one goroutine's cycles reach the 5 in the same order, so their counters agree and need no write-back).\n\n",
@@ -335,7 +335,7 @@ func markdown(s *Summary) string {
 	}
 	if pc := s.PinnedConfig; pc != nil {
 		cycles("Uncontended, pinned to one CPU (compare per-operation cost here)",
-			fmt.Sprintf("One goroutine, a fresh key per cycle, lock+unlock; the bench program, its redis-servers and the embedded etcd all on CPU 0 (`taskset -c 0`); a run of its own, %d rounds of %v slices (short slices: neighbours in time see the same noise). "+
+			fmt.Sprintf("One goroutine, a fresh key per cycle, lock+unlock; the bench program, its redis-servers and the embedded etcd all on CPU 0 (`taskset -c 0`); a run of its own, %d rounds; in each, the targets of one group of servers run interleaved, one cycle each in turn, for %v per target, so that all meet the same noise. "+
 				"Cost = mean time per cycle; 1.10x means 10%% slower than the floor (or the cheapest peer of the same servers) in the same round.", pc.Rounds, time.Duration(pc.Slice)),
 			s.UncontendedPinned)
 	}

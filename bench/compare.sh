@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # bench/compare.sh OLD [NEW]: two builds of dsync measured in alternating
 # runs on the same machine, then set side by side (bench compare). OLD and
-# NEW are git revisions (NEW defaults to the work tree as it is). Each
-# build's bench program is built from its own checkout; the runs alternate
+# NEW are git revisions (NEW defaults to the work tree as it is). Both are
+# measured by the same bench program, the work tree's, built against each
+# revision's library (a revision whose library it cannot build against is
+# measured by its own bench program, with a warning); the runs alternate
 # old, new, old, new... so that both see the same noise, and every ratio is
 # taken within a round (dsync over the floor of the same round).
 #
@@ -26,9 +28,16 @@ cleanup() {
 }
 trap cleanup EXIT
 
-build() { # build REV DIR OUT: the bench program of revision REV
+build() { # build REV DIR OUT: this bench program against revision REV's library
   git -C .. worktree add -q --detach "$2" "$1"
-  (cd "$2/bench" && go build -o "$3" .)
+  mv "$2/bench" "$2/bench.own"
+  cp -r . "$2/bench"
+  rm -rf "$2/bench/results"
+  if ! (cd "$2/bench" && go build -o "$3" . 2>"$tmp/build.err"); then
+    echo "compare.sh: this bench program does not build against $1 ($(head -1 "$tmp/build.err")); measuring $1 with its own" >&2
+    rm -rf "$2/bench" && mv "$2/bench.own" "$2/bench"
+    (cd "$2/bench" && go build -o "$3" .)
+  fi
 }
 echo "building $old"
 build "$old" "$tmp/old-src" "$tmp/old"

@@ -67,8 +67,8 @@ func (n *Node) Acquire(ctx context.Context, t Target, h Hold) (uint64, error) {
 	known := n.waiting.has(t.Key, h.Waiter)
 	if hold == own && !known {
 		// No marker to keep and no place in line: a plain SET NX PX, or
-		// with a token to draw a script of two calls, several times
-		// cheaper for Redis than acquire.lua.
+		// with a token to draw a script of two calls, both cheaper for
+		// Redis than acquire.lua, which defines eight helpers every run.
 		fence, err := n.acquireFree(ctx, hold, own, h, ttl)
 		if !errors.Is(err, goredis.Nil) {
 			return fence, err

@@ -65,18 +65,17 @@ func (n *Node) Acquire(ctx context.Context, t Target, h Hold) (uint64, error) {
 	}
 	ttl := h.TTL.Truncate(time.Millisecond)
 	known := n.waiting.has(t.Key, h.Waiter)
-	if hold == own && !known {
-		// No marker to keep and no place in line: a plain SET NX PX, or
-		// with a token to draw a script of two calls, both cheaper for
-		// Redis than acquire.lua, which defines eight helpers every run.
-		fence, err := n.acquireFree(ctx, hold, own, h, ttl)
+	if hold == own && !h.Fence && !known {
+		// Nothing to draw, no marker to keep and no place in line: a
+		// plain SET NX PX, several times cheaper for Redis than a script.
+		err := n.client.SetArgs(ctx, hold, h.value(), goredis.SetArgs{Mode: "NX", TTL: ttl}).Err()
 		if !errors.Is(err, goredis.Nil) {
-			return fence, err
+			return 0, err
 		}
 		if h.Waiter == "" {
 			return 0, n.refusal(ctx, t, own)
 		}
-		// acquire.lua joins the line, or takes a lock kept for the waiter.
+		// The script joins the line, or takes a lock kept for the waiter.
 	}
 	if h.Waiter != "" && !known {
 		// Before the script: a release that keeps the lock for the waiter
@@ -90,21 +89,6 @@ func (n *Node) Acquire(ctx context.Context, t Target, h Hold) (uint64, error) {
 		n.waiting.done(t.Key, h.Waiter)
 	}
 	return verdict(t.Key, t.limit(), h.Fence, r, err)
-}
-
-// acquireFree takes the lock hold if it is free, drawing a fence counter
-// when h.Fence, in one cheap request; goredis.Nil when the lock is not
-// free.
-func (n *Node) acquireFree(ctx context.Context, hold, own string, h Hold, ttl time.Duration) (uint64, error) {
-	if !h.Fence {
-		return 0, n.client.SetArgs(ctx, hold, h.value(), goredis.SetArgs{Mode: "NX", TTL: ttl}).Err()
-	}
-	r, err := acquireFencedScript.Run(ctx, n.client, []string{hold, fenceKey(n.prefix, own)},
-		h.value(), ttl.Milliseconds(), max(h.SeedStep.Microseconds(), 1)).Int64()
-	if err == nil && r == 0 {
-		return 0, goredis.Nil
-	}
-	return uint64(r), err
 }
 
 // refusal is the verdict on a lock whose SET NX failed: a *LimitError when

@@ -23,8 +23,6 @@ var (
 
 	//go:embed acquire.lua
 	acquireSrc string
-	//go:embed acquire_fenced.lua
-	acquireFencedSrc string
 	//go:embed sem_acquire.lua
 	semAcquireSrc string
 	//go:embed release.lua
@@ -42,14 +40,13 @@ var (
 	//go:embed leave.lua
 	leaveSrc string
 
-	acquireScript       = goredis.NewScript(fenceSrc + holdSrc + lineSrc + acquireSrc)
-	acquireFencedScript = goredis.NewScript(fenceSrc + acquireFencedSrc)
-	semAcquireScript    = goredis.NewScript(fenceSrc + semCommonSrc + semAcquireSrc)
-	releaseScript       = goredis.NewScript(semCommonSrc + holdSrc + lineSrc + releaseSrc)
-	refreshScript       = goredis.NewScript(semCommonSrc + holdSrc + refreshSrc)
-	limitScript         = goredis.NewScript(holdSrc + limitSrc)
-	holderScript        = goredis.NewScript(semCommonSrc + holderSrc)
-	holdsScript         = goredis.NewScript(holdsSrc)
-	raiseFenceScript    = goredis.NewScript(raiseFenceSrc)
-	leaveScript         = goredis.NewScript(holdSrc + lineSrc + leaveSrc)
+	acquireScript    = goredis.NewScript(fenceSrc + holdSrc + lineSrc + acquireSrc)
+	semAcquireScript = goredis.NewScript(fenceSrc + semCommonSrc + semAcquireSrc)
+	releaseScript    = goredis.NewScript(semCommonSrc + holdSrc + lineSrc + releaseSrc)
+	refreshScript    = goredis.NewScript(semCommonSrc + holdSrc + refreshSrc)
+	limitScript      = goredis.NewScript(holdSrc + limitSrc)
+	holderScript     = goredis.NewScript(semCommonSrc + holderSrc)
+	holdsScript      = goredis.NewScript(holdsSrc)
+	raiseFenceScript = goredis.NewScript(raiseFenceSrc)
+	leaveScript      = goredis.NewScript(holdSrc + lineSrc + leaveSrc)
 )

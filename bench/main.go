@@ -273,23 +273,36 @@ func (r *runner) plan(srv *servers, targets, semFree, semPool []*target) []step 
 		}
 		return d
 	}
-	add := func(sc string, t *target, f func(ctx context.Context, round int, rd *Round) error) {
-		what := sc + ": " + t.id()
+	dropped := func(what string) bool {
+		_, failed := r.res.Errors[what]
+		return failed
+	}
+	drop := func(what string, err error) {
+		r.res.Errors[what] = err.Error()
+		fmt.Fprintf(os.Stderr, "\n%s: %v (dropped from the run)\n", what, err)
+	}
+	addStep := func(what string, f func(ctx context.Context, round int, rd *Round) error) {
 		steps = append(steps, step{what: what, run: func(ctx context.Context, round int, rd *Round) error {
 			r.progress(r.done, r.total, what)
 			r.done++
-			if _, failed := r.res.Errors[what]; failed {
-				return nil
+			err := f(ctx, round, rd)
+			if ctx.Err() != nil {
+				return ctx.Err()
 			}
-			if err := f(ctx, round, rd); err != nil {
-				if ctx.Err() != nil {
-					return ctx.Err()
-				}
-				r.res.Errors[what] = err.Error()
-				fmt.Fprintf(os.Stderr, "\n%s: %v (dropped from the run)\n", what, err)
+			if err != nil {
+				drop(what, err)
 			}
 			return nil
 		}})
+	}
+	add := func(sc string, t *target, f func(ctx context.Context, round int, rd *Round) error) {
+		what := sc + ": " + t.id()
+		addStep(what, func(ctx context.Context, round int, rd *Round) error {
+			if dropped(what) {
+				return nil
+			}
+			return f(ctx, round, rd)
+		})
 	}
 	put := func(m *map[string]CycleSample, id string, s CycleSample) {
 		if *m == nil {
@@ -320,13 +333,10 @@ func (r *runner) plan(srv *servers, targets, semFree, semPool []*target) []step 
 			}
 			for _, g := range groups {
 				ts := byGroup[g]
-				what := sc + ": " + g
-				steps = append(steps, step{what: what, run: func(ctx context.Context, round int, rd *Round) error {
-					r.progress(r.done, r.total, what)
-					r.done++
+				addStep(sc+": "+g, func(ctx context.Context, round int, rd *Round) error {
 					var live []*target
 					for _, t := range ts {
-						if _, failed := r.res.Errors[sc+": "+t.id()]; !failed {
+						if !dropped(sc + ": " + t.id()) {
 							live = append(live, t)
 						}
 					}
@@ -338,11 +348,10 @@ func (r *runner) plan(srv *servers, targets, semFree, semPool []*target) []step 
 						put(&rd.Uncontended, id, s)
 					}
 					for id, err := range failed {
-						r.res.Errors[sc+": "+id] = err.Error()
-						fmt.Fprintf(os.Stderr, "\n%s: %s: %v (dropped from the run)\n", sc, id, err)
+						drop(sc+": "+id, err)
 					}
 					return nil
-				}})
+				})
 			}
 		case scThroughput:
 			for _, t := range targets {

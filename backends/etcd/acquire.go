@@ -279,9 +279,6 @@ func (d *Driver) lockOutcome(ctx context.Context, a attempt, tr *clientv3.TxnRes
 	if a.wk != "" {
 		// The waiter's key is on the lease now: it keeps both.
 		w := &waiting{lease: a.lease, secs: a.secs, renewed: a.start, joined: tr.Header.Revision}
-		if a.inLine {
-			w.looked(tr.Responses[2].GetResponseRange().GetCount(), tr.Header.Revision)
-		}
 		if !d.pool.wait(a.wk, w) {
 			// Too many to remember: the waiter loses its place, and its
 			// next attempt takes it back.
@@ -289,7 +286,11 @@ func (d *Driver) lockOutcome(ctx context.Context, a attempt, tr *clientv3.TxnRes
 			return backends.ErrNotAcquired
 		}
 		d.notify.refused(a.lk, tr.Header.Revision, nil)
-		d.notify.inLine(a.lk, a.wk, w)
+		ahead := int64(-1) // a first attempt joins without looking
+		if a.inLine {
+			ahead = tr.Responses[2].GetResponseRange().GetCount()
+		}
+		d.notify.inLine(a.lk, a.wk, w, ahead, tr.Header.Revision)
 		return backends.ErrNotAcquired
 	}
 	d.notify.refused(a.lk, tr.Header.Revision, nil)

@@ -53,12 +53,15 @@ type waiting struct {
 	rev    int64
 }
 
-// looked records that ahead waiters were ahead at revision rev.
-func (w *waiting) looked(ahead, rev int64) {
+// looked records that ahead waiters were ahead at revision rev: known
+// false when that count cannot be kept (its deletions may be missed), so
+// that the next release of the lock makes the waiter look again.
+func (w *waiting) looked(known bool, ahead, rev int64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if rev >= w.rev {
-		w.known, w.ahead, w.rev = true, ahead, rev
+	w.known, w.ahead, w.rev = known, ahead, rev
+	if !known {
+		w.joined = rev
 	}
 }
 
@@ -136,12 +139,11 @@ func (d *Driver) peek(ctx context.Context, a attempt, w *waiting) (ok, lost bool
 	if count(2) == 0 {
 		return true, false, nil // its key lapsed: join again
 	}
-	w.looked(count(1), resp.Header.Revision)
 	if count(0) == 0 && count(1) == 0 {
 		return true, false, nil
 	}
 	d.notify.refused(a.lk, resp.Header.Revision, nil)
-	d.notify.inLine(a.lk, a.wk, w)
+	d.notify.inLine(a.lk, a.wk, w, count(1), resp.Header.Revision)
 	return false, false, backends.ErrNotAcquired
 }
 

@@ -61,7 +61,23 @@ type keyWatch struct {
 	// releasedAt is the revision of the last release known: the driver's
 	// own, or one the watch saw.
 	releasedAt int64
+	// dels are the last deletions of line keys that the watch saw, oldest
+	// first, at most maxDels; it saw every one from revision delsFrom on
+	// (0: its watch is not created yet). A waiter registered after its
+	// look counts those that came after the look (inLine).
+	dels     []lineDel
+	delsFrom int64
 }
+
+// lineDel is the deletion of a line key, at revision rev.
+type lineDel struct {
+	key string
+	rev int64
+}
+
+// maxDels bounds keyWatch.dels: about the hand-overs of the time between
+// a look and its registration, many times over.
+const maxDels = 64
 
 // WatchReleases subscribes to release notices for key: its C receives a
 // value after the lock key is deleted, or, for a semaphore, a permit that
@@ -205,6 +221,11 @@ func (w *keyWatch) watchFrom(ctx context.Context, rev int64) int64 {
 		if resp.Created && creating > 0 {
 			d.seen(resp.Header)
 			next[i] = resp.Header.Revision + 1
+			if i == 0 {
+				w.mu.Lock()
+				w.dels, w.delsFrom = w.dels[:0], next[i]
+				w.mu.Unlock()
+			}
 			created = max(created, resp.Header.Revision)
 			if creating--; creating == 0 {
 				start, startTimer = w.start, time.After(startWait)
@@ -275,6 +296,15 @@ func (w *keyWatch) released(rev int64) {
 // head to write at once when it is released.
 func (w *keyWatch) passed(k string, rev int64) {
 	w.mu.Lock()
+	if n := len(w.dels); n > 0 && (rev < w.dels[n-1].rev || rev == w.dels[n-1].rev && k == w.dels[n-1].key) {
+		w.mu.Unlock()
+		return // seen already: a watch resumed from before it
+	}
+	if len(w.dels) == maxDels {
+		w.delsFrom = w.dels[0].rev + 1
+		w.dels = append(w.dels[:0], w.dels[1:]...)
+	}
+	w.dels = append(w.dels, lineDel{k, rev})
 	wake := false
 	for wk, x := range w.line {
 		if k < wk && x.passed(rev) {
@@ -344,10 +374,19 @@ func (n *notifier) watchOf(k string) *keyWatch {
 }
 
 // inLine registers the driver's waiter x, whose key is wk, in the line of
-// lock key k, for the watch of k if there is one.
-func (n *notifier) inLine(k, wk string, x *waiting) {
+// lock key k, for the watch of k if there is one, with what its attempt
+// saw at revision rev: ahead waiters ahead of it, or, with ahead < 0, no
+// look. The deletions ahead of x that the watch saw after rev are counted
+// now, under the lock that counts the later ones, so that none is missed
+// or counted twice; the subscriptions are woken if x is then at the head.
+// A look older than what the watch saw all of (it started after, or let
+// them go) cannot be kept up: x then looks again at the next release.
+func (n *notifier) inLine(k, wk string, x *waiting, ahead, rev int64) {
 	w := n.watchOf(k)
 	if w == nil {
+		if ahead >= 0 {
+			x.looked(true, ahead, rev)
+		}
 		return
 	}
 	w.mu.Lock()
@@ -355,7 +394,31 @@ func (n *notifier) inLine(k, wk string, x *waiting) {
 		w.line = map[string]*waiting{}
 	}
 	w.line[wk] = x
+	wake := false
+	switch {
+	case ahead < 0:
+	case w.delsFrom != 0 && w.delsFrom <= rev+1:
+		look, passed := rev, false
+		for _, del := range w.dels {
+			if del.rev > look {
+				if del.key < wk {
+					ahead, passed = ahead-1, true
+				}
+				rev = del.rev
+			}
+		}
+		x.looked(true, ahead, rev)
+		// At the head now: its attempt's view is out of date if a
+		// waiter ahead went, or the lock was released, since.
+		wake = ahead <= 0 && (passed || w.releasedAt > look)
+	default:
+		x.looked(false, 0, rev)
+		wake = w.delsFrom != 0 // the start notice covers a watch not yet created
+	}
 	w.mu.Unlock()
+	if wake {
+		w.notify()
+	}
 }
 
 // outOfLine forgets the driver's waiter whose key is wk in the line of

@@ -3,6 +3,8 @@ package dsync
 import (
 	"context"
 	"log/slog"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -126,8 +128,9 @@ func (b *Backend) Driver() backends.Driver { return b.driver }
 // call with that key. The packages built over the SPI keep their
 // per-backend state here (a leader's live candidacies, the local waiting
 // lines), under a key of a package-private type, so that two backends never
-// share it and nothing outlives b. It is safe for concurrent use; create
-// runs under b's lock and must not call State.
+// share it and nothing outlives b: a value with a Close() method is closed
+// when b is, after its driver. It is safe for concurrent use; create runs
+// under b's lock and must not call State.
 func (b *Backend) State(key any, create func() any) any {
 	b.stateMu.Lock()
 	defer b.stateMu.Unlock()
@@ -182,7 +185,14 @@ func (b *Backend) String() string { return b.name }
 func (b *Backend) Close() error {
 	b.closeOnce.Do(func() {
 		b.closeErr = b.driver.Close()
-		telemetry.Of(b).Close()
+		b.stateMu.Lock()
+		state := slices.Collect(maps.Values(b.state))
+		b.stateMu.Unlock()
+		for _, v := range state {
+			if c, ok := v.(interface{ Close() }); ok {
+				c.Close() // the telemetry among them
+			}
+		}
 	})
 	return b.closeErr
 }

@@ -94,8 +94,10 @@ func (c *Config) TryAcquire(ctx context.Context) (l *Lease, err error) {
 // subscribe to release notices, and then it attempts once more before it
 // waits, so that a release between the first attempt and the subscription
 // is not missed. The subscription belongs to the process's waiting line,
-// and the next waiter to reach its head uses it as it is. An uncontended
-// Acquire costs one attempt, no subscription and no backoff.
+// and the next waiter to reach its head uses it as it is; when the line
+// ends, it stays for a second, for the process's next Acquire of the key,
+// which then needs neither a subscription nor that second attempt. An
+// uncontended Acquire costs one attempt, no subscription and no backoff.
 //
 // On a driver that serves waiters in order (backends.Capabilities.Ordered),
 // the attempts of a lock name the call's waiter (NewWaiter, drawn when

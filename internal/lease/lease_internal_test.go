@@ -180,7 +180,7 @@ func (s *countedSub) Close() { s.closes.Add(1); s.Subscription.Close() }
 // TestLineSharesSubscription: the waiters of one process hand the key's
 // release notices down their line: two waiters served one after the other
 // subscribe once, each is woken by the notice of the release before it
-// (no retry delay), and the subscription ends with the line.
+// (no retry delay), and the subscription ends lingerFor after the line.
 func TestLineSharesSubscription(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := t.Context()
@@ -223,8 +223,13 @@ func TestLineSharesSubscription(t *testing.T) {
 		if n := d.watches.Load(); n != 1 {
 			t.Errorf("%d subscriptions for one line of two waiters, want 1", n)
 		}
+		if n := d.closes.Load(); n != 0 {
+			t.Errorf("%d subscriptions closed as the line ended, want 0 (kept for lingerFor)", n)
+		}
+		time.Sleep(lingerFor)
+		synctest.Wait()
 		if n := d.closes.Load(); n != 1 {
-			t.Errorf("%d subscriptions closed once the line ended, want 1", n)
+			t.Errorf("%d subscriptions closed lingerFor after the line ended, want 1", n)
 		}
 	})
 }
@@ -297,4 +302,107 @@ func inLine(c *Config, n int) bool {
 	defer c.lines.mu.Unlock()
 	l := c.lines.m[c.Key]
 	return l != nil && l != headOnly && len(l.turns) == n
+}
+
+// attemptCounter counts acquisition attempts.
+type attemptCounter struct {
+	*watchCounter
+	attempts atomic.Int32
+}
+
+func (a *attemptCounter) Acquire(ctx context.Context, req backends.Request) (backends.Grant, error) {
+	a.attempts.Add(1)
+	return a.watchCounter.Acquire(ctx, req)
+}
+
+// TestIdleSubscriptionServesNextAcquire: a process's next Acquire of a key
+// within lingerFor of the end of its line uses the line's subscription:
+// it subscribes no more, makes no second attempt on meeting the lock
+// held (no release can have slipped by), is not woken by a notice that
+// came before its first attempt, and is woken by the release after it.
+// The subscription is closed lingerFor after the last line ends, and at
+// once when the backend closes.
+func TestIdleSubscriptionServesNextAcquire(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		d := &attemptCounter{watchCounter: &watchCounter{Driver: memory.New(nil)}}
+		slow, err := retry.NewConstant(&retry.ConstantOptions{Delay: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := testutil.NewBackend(t, d)
+		c, err := New(b, "k", 1, &Options{TTL: time.Minute, Retry: slow})
+		if err != nil {
+			t.Fatal(err)
+		}
+		other, err := New(testutil.NewBackend(t, d.Driver), "k", 1, &Options{TTL: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// contend has another process hold the lock while this one
+		// acquires it, and release it once this one waits.
+		contend := func() {
+			t.Helper()
+			holder, err := other.Attempt(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := make(chan *Lease, 1)
+			go func() {
+				l, err := c.Acquire(ctx, nil)
+				if err != nil {
+					t.Error(err)
+				}
+				got <- l
+			}()
+			synctest.Wait()
+			if err := holder.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if l := <-got; l != nil {
+				if err := l.Release(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		contend()
+		if w, a := d.watches.Load(), d.attempts.Load(); w != 1 || a != 3 {
+			t.Fatalf("first contended Acquire: %d subscriptions and %d attempts, want 1 and 3", w, a)
+		}
+		// A notice left from before: the next Acquire's first attempt
+		// sees what it would say.
+		if l, err := other.Attempt(ctx); err != nil {
+			t.Fatal(err)
+		} else if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		start := time.Now()
+		contend()
+		if w, a := d.watches.Load(), d.attempts.Load()-3; w != 1 || a != 2 {
+			t.Errorf("next contended Acquire: %d subscriptions in all and %d attempts, want 1 and 2", w, a)
+		}
+		if waited := time.Since(start); waited > 0 {
+			t.Errorf("the next Acquire took %v: its release notice was missed", waited)
+		}
+		time.Sleep(lingerFor / 2)
+		contend() // keeps the subscription lingerFor more
+		time.Sleep(lingerFor * 3 / 4)
+		synctest.Wait()
+		if n := d.closes.Load(); n != 0 {
+			t.Fatalf("subscription closed %v after its last use, before lingerFor", lingerFor*3/4)
+		}
+		time.Sleep(lingerFor / 4)
+		synctest.Wait()
+		if n := d.closes.Load(); n != 1 {
+			t.Fatalf("%d subscriptions closed lingerFor after the last use, want 1", n)
+		}
+		contend()
+		if err := b.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if n := d.closes.Load(); n != 2 {
+			t.Errorf("%d subscriptions closed once the backend was, want 2", n)
+		}
+	})
 }

@@ -415,6 +415,12 @@ func openBackends(ctx context.Context, s *servers) (*backends, error) {
 		b.close()
 		return nil, err
 	}
+	for _, x := range []*dsync.Backend{b.redis, b.redlock} {
+		if err := warmFences(ctx, x); err != nil {
+			b.close()
+			return nil, err
+		}
+	}
 	return &b, nil
 }
 

@@ -16,10 +16,11 @@
 -- ARGV[7]  "1" when the waiter may have a place in the line already (an
 --          earlier attempt of its was refused here), "0" when it has
 --          none: then a free lock is its, as anybody's
--- ARGV[8]  the hand-over window, in ms: a free lock that a waiter with a
---          place would take goes to the first live waiter ahead of it,
---          if any, for that long, as after a release (the heir of the
---          last release let its window lapse); the waiter stays in line
+--
+-- A free lock that a waiter with a place would take goes to the first live
+-- waiter ahead of it, if any, for the hand-over window, as after a release
+-- (the heir of the last release let its window lapse); the waiter stays in
+-- line.
 --
 -- Returns -M when K is held with another limit M; 0 when the hold is
 -- taken (or kept for another waiter); otherwise the new fence counter when
@@ -35,7 +36,7 @@ if held and held ~= limit then
 end
 if redis.call("SET", KEYS[1], ARGV[1], "NX", "PX", ARGV[2]) then
 	if w ~= "" and not slot and ARGV[7] == "1" then
-		local heir = line_hand(KEYS[2], tonumber(ARGV[8]), w)
+		local heir = line_hand(KEYS[2], w)
 		if heir then
 			line_join(KEYS[2], w, tonumber(ARGV[2]))
 			redis.call("PUBLISH", KEYS[2] .. ":released", heir)

@@ -3,7 +3,6 @@
 --
 -- KEYS[1]  the lock                 P{K}
 -- ARGV[1]  the waiter
--- ARGV[2]  the hand-over window, in ms (see line.lua)
 --
 -- Returns 1 when the lock was kept for the waiter: it is now kept for the
 -- next live waiter in line, or free, and waiters are told on
@@ -14,7 +13,7 @@ local _, v = held_limit(KEYS[1])
 if v ~= "\r" .. ARGV[1] then
 	return 0
 end
-local heir = line_hand(KEYS[1], tonumber(ARGV[2]))
+local heir = line_hand(KEYS[1])
 if not heir then
 	redis.call("DEL", KEYS[1])
 end

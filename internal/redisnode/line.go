@@ -34,7 +34,7 @@ func (n *Node) Leave(ctx context.Context, key, waiter string) error {
 		return err
 	}
 	n.waiting.done(key, waiter)
-	return leaveScript.Run(ctx, n.client, []string{own}, waiter, HandOver.Milliseconds()).Err()
+	return leaveScript.Run(ctx, n.client, []string{own}, waiter).Err()
 }
 
 // maxWaiting bounds a node's record of the waiters in its lines.

@@ -30,13 +30,15 @@ local function line_leave(own, w)
 end
 
 -- line_hand keeps the free lock own for the first live waiter in its line
--- (or, given before, the first ahead of that name), for window ms, after
+-- (or, given before, the first ahead of that name), for hand_over_ms (the
+-- hand-over window, HandOver in line.go, defined in front of this file), after
 -- dropping the dead ones before it (at most 16 a call), and returns that
 -- waiter, or nil. The waiter's liveness is cut to the window: one that
 -- lets it lapse (slow, or dead) counts again only from its next attempt,
 -- at its old place, so that a dead waiter costs the others one window,
 -- not one per release for its TTL.
-local function line_hand(own, window, before)
+local function line_hand(own, before)
+	local window = hand_over_ms
 	local line = own .. ":line"
 	local names
 	if before then

@@ -84,7 +84,7 @@ func (n *Node) Acquire(ctx context.Context, t Target, h Hold) (uint64, error) {
 	}
 	r, err := acquireScript.Run(ctx, n.client, []string{hold, own, fenceKey(n.prefix, own)},
 		h.value(), ttl.Milliseconds(), t.limit(), flag(h.Fence), max(h.SeedStep.Microseconds(), 1), h.Waiter,
-		flag(known), HandOver.Milliseconds()).Int64()
+		flag(known)).Int64()
 	if h.Waiter != "" && err == nil && r != 0 {
 		n.waiting.done(t.Key, h.Waiter)
 	}
@@ -148,7 +148,7 @@ func (n *Node) Refresh(ctx context.Context, t Target, token string, ttl time.Dur
 // waiter in its line, for HandOver. A hold that expired or belongs to
 // another token is ErrNotHeld.
 func (n *Node) Release(ctx context.Context, t Target, token string, notify bool) error {
-	return n.run(ctx, releaseScript, t, token, flag(notify), HandOver.Milliseconds(), "", 0)
+	return n.run(ctx, releaseScript, t, token, flag(notify))
 }
 
 // Withdraw is Release, without notify, of attempt h on t after its round
@@ -159,8 +159,11 @@ func (n *Node) Withdraw(ctx context.Context, t Target, h Hold) error {
 	if t.Slots != 0 {
 		h.Waiter = ""
 	}
-	err := n.run(ctx, releaseScript, t, h.Token, "0", HandOver.Milliseconds(), h.Waiter, h.TTL.Milliseconds())
-	if err == nil && h.Waiter != "" {
+	if h.Waiter == "" {
+		return n.run(ctx, releaseScript, t, h.Token, "0")
+	}
+	err := n.run(ctx, releaseScript, t, h.Token, "0", h.Waiter, h.TTL.Milliseconds())
+	if err == nil {
 		n.waiting.add(t.Key, h.Waiter)
 	}
 	return err

@@ -11,10 +11,10 @@
 --          kept for another waiter than its own; otherwise publish on
 --          P{K}:released, to which every waiter of K listens: "released",
 --          or the name of the waiter the lock is kept for
--- ARGV[3]  the hand-over window of a lock, in ms (see line.lua)
--- ARGV[4]  the waiter of the attempt withdrawn, "" for none: it goes
---          back in the lock's line, for ARGV[5] ms, before the lock is
---          handed on (a failed Redlock round keeps its waiter's place)
+-- ARGV[3]  the waiter of the attempt withdrawn, if any (absent for none):
+--          it goes back in the lock's line, for ARGV[4] ms, before the
+--          lock is handed on (a failed Redlock round keeps its waiter's
+--          place)
 --
 -- Returns 1 when the hold was this token's and is now gone, 0 otherwise (a
 -- newer hold by another token, or another holder of a semaphore, is never
@@ -29,11 +29,11 @@ if type(v) ~= "table" then
 			redis.call("DEL", KEYS[1])
 			marker_trim(KEYS[2])
 		else
-			if ARGV[4] ~= "" then
-				line_join(KEYS[2], ARGV[4], tonumber(ARGV[5]))
+			if ARGV[3] then
+				line_join(KEYS[2], ARGV[3], tonumber(ARGV[4]))
 			end
 			if redis.call("EXISTS", KEYS[2] .. ":line") == 1 then
-				heir = line_hand(KEYS[2], tonumber(ARGV[3]))
+				heir = line_hand(KEYS[2])
 			end
 			if not heir then
 				redis.call("DEL", KEYS[1])
@@ -51,7 +51,7 @@ elseif redis.call("TYPE", KEYS[1]).ok == "zset" then
 end
 -- A withdrawn attempt whose waiter is first in line again is not woken:
 -- it comes back after its own delay, as after any failed attempt.
-if gone == 1 and (ARGV[2] ~= "0" or heir and heir ~= ARGV[4]) then
+if gone == 1 and (ARGV[2] ~= "0" or heir and heir ~= ARGV[3]) then
 	redis.call("PUBLISH", KEYS[2] .. ":released", heir or "released")
 end
 return gone

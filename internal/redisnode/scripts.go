@@ -2,6 +2,7 @@ package redisnode
 
 import (
 	_ "embed"
+	"fmt"
 
 	goredis "github.com/redis/go-redis/v9"
 )
@@ -40,13 +41,16 @@ var (
 	//go:embed leave.lua
 	leaveSrc string
 
-	acquireScript    = goredis.NewScript(fenceSrc + holdSrc + lineSrc + acquireSrc)
+	// lineLib is line.lua after the hand-over window it keeps a lock for.
+	lineLib = fmt.Sprintf("local hand_over_ms = %d\n", HandOver.Milliseconds()) + lineSrc
+
+	acquireScript    = goredis.NewScript(fenceSrc + holdSrc + lineLib + acquireSrc)
 	semAcquireScript = goredis.NewScript(fenceSrc + semCommonSrc + semAcquireSrc)
-	releaseScript    = goredis.NewScript(semCommonSrc + holdSrc + lineSrc + releaseSrc)
+	releaseScript    = goredis.NewScript(semCommonSrc + holdSrc + lineLib + releaseSrc)
 	refreshScript    = goredis.NewScript(semCommonSrc + holdSrc + refreshSrc)
 	limitScript      = goredis.NewScript(holdSrc + limitSrc)
 	holderScript     = goredis.NewScript(semCommonSrc + holderSrc)
 	holdsScript      = goredis.NewScript(holdsSrc)
 	raiseFenceScript = goredis.NewScript(raiseFenceSrc)
-	leaveScript      = goredis.NewScript(holdSrc + lineSrc + leaveSrc)
+	leaveScript      = goredis.NewScript(holdSrc + lineLib + leaveSrc)
 )

@@ -180,8 +180,9 @@ func (b *Backend) Health(ctx context.Context) (Health, error) {
 // redacted.
 func (b *Backend) String() string { return b.name }
 
-// Close closes the driver. Leases still held are left to expire on the
-// server; calls on them fail with ErrClosed. Close is idempotent.
+// Close closes the driver, then the state kept on b (see State). Leases
+// still held are left to expire on the server; calls on them fail with
+// ErrClosed. Close is idempotent.
 func (b *Backend) Close() error {
 	b.closeOnce.Do(func() {
 		b.closeErr = b.driver.Close()

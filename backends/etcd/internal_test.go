@@ -134,8 +134,9 @@ func TestLineCountKeptAcrossRegistration(t *testing.T) {
 		t.Fatalf("a look two deletions ago with two ahead: ahead %d, want the head, woken", x.ahead)
 	}
 
-	// A look from before what the watch saw all of cannot be kept up.
-	w.delsFrom = 20
+	// A look from before what the watch saw all of (a compaction, or a
+	// watch resumed from where the driver is) cannot be kept up.
+	w.lostDelsBefore(20)
 	n.inLine("k", me, x, 0, 15)
 	if _, known := x.head(); known || !woken() {
 		t.Fatalf("a look older than the watch's coverage kept (known %v), or not woken", known)

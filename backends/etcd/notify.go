@@ -235,6 +235,9 @@ func (w *keyWatch) watchFrom(ctx context.Context, rev int64) int64 {
 		if resp.CompactRevision != 0 {
 			// Deletions before it are lost; one may have been a release.
 			next[i] = max(next[i], resp.CompactRevision)
+			if i == 0 {
+				w.lostDelsBefore(resp.CompactRevision)
+			}
 			w.notify()
 			continue
 		}
@@ -264,10 +267,20 @@ func (w *keyWatch) watchFrom(ctx context.Context, rev int64) int64 {
 	if next[0] == 0 || next[1] == 0 {
 		// Ended before it was created: resume from where the driver is,
 		// and tell the subscribers to look for themselves.
+		rev := d.rev.Load() + 1
+		w.lostDelsBefore(rev)
 		w.notify()
-		return d.rev.Load() + 1
+		return rev
 	}
 	return min(next[0], next[1])
+}
+
+// lostDelsBefore records that line deletions before revision rev may not
+// have been seen: a waiter whose look is older looks again.
+func (w *keyWatch) lostDelsBefore(rev int64) {
+	w.mu.Lock()
+	w.delsFrom = max(w.delsFrom, rev)
+	w.mu.Unlock()
 }
 
 // released wakes the subscriptions after a release of the lock, unless

@@ -42,9 +42,8 @@ type idleSub struct {
 // line ends. The process's next Acquire of the key within it uses them as
 // they are: a process that takes a contended lock over and over neither
 // subscribes and unsubscribes each time nor makes the attempt that a fresh
-// subscription needs (see Acquire). With 8 separate clients on one Redlock
-// key, that is a third fewer attempts and about 20% more acquisitions a
-// second. maxIdle bounds the subscriptions kept per backend.
+// subscription needs (see Acquire). maxIdle bounds the subscriptions kept
+// per backend; the backend's Close closes them.
 const (
 	lingerFor = time.Second
 	maxIdle   = 64

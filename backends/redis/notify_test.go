@@ -2,15 +2,19 @@ package redis_test
 
 import (
 	"context"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/dsync-dev/dsync"
 	"github.com/dsync-dev/dsync/backends"
 	"github.com/dsync-dev/dsync/backends/redis"
 	"github.com/dsync-dev/dsync/internal/testenv/redistest"
 	"github.com/dsync-dev/dsync/internal/testenv/testutil"
+	"github.com/dsync-dev/dsync/locker"
 )
 
 // numSub is the number of server-side subscribers of key's release channel.
@@ -205,4 +209,82 @@ func TestWatchReleasesAfterRestart(t *testing.T) {
 	})
 	cycle(ctx, t, d, key, "tok")
 	receive(t, sub, "a release after the restart")
+}
+
+// cmdCalls is how many times the server ran command cmd since its
+// statistics were last reset.
+func cmdCalls(ctx context.Context, t *testing.T, client *goredis.Client, cmd string) int {
+	t.Helper()
+	info, err := client.Info(ctx, "commandstats").Result()
+	if err != nil {
+		t.Fatalf("INFO commandstats: %v", err)
+	}
+	prefix := "cmdstat_" + cmd + ":calls="
+	for _, line := range strings.Split(info, "\r\n") {
+		if rest, ok := strings.CutPrefix(line, prefix); ok {
+			n, _ := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
+			return n
+		}
+	}
+	return 0
+}
+
+// TestNextAcquireKeepsSubscription: a process that meets contention on a
+// key again and again subscribes to its release notices once (the line's
+// subscription stays lingerFor after each Acquire), is still woken by
+// every release, and unsubscribes once it stops asking.
+func TestNextAcquireKeepsSubscription(t *testing.T) {
+	ctx := testutil.Context(t)
+	srv := redistest.Start(t, nil)
+	client := srv.NewClient(t)
+	key := testutil.UniqueKey(t)
+	lockerOn := func() *locker.Locker {
+		d, _ := newDriver(t, srv, nil)
+		l, err := locker.New(testutil.NewBackend(t, d), key, &locker.Options{TTL: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	holder, waiter := lockerOn(), lockerOn()
+	if err := client.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		held := testutil.MustAcquire(t, ctx, holder)
+		got := make(chan dsync.Lease, 1)
+		go func() {
+			l, err := waiter.Acquire(ctx)
+			if err != nil {
+				t.Error(err)
+			}
+			got <- l
+		}()
+		testutil.Eventually(t, 5*time.Second, "the waiter to be in the lock's line", func() bool {
+			return client.ZCard(ctx, "dsync:{"+key+"}:line").Val() == 1
+		})
+		if err := held.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case l := <-got:
+			if l == nil {
+				return
+			}
+			if err := l.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("acquisition %d: the waiter did not get the lock within 5s of its release", i+1)
+		}
+	}
+	if n := cmdCalls(ctx, t, client, "subscribe"); n != 1 {
+		t.Errorf("SUBSCRIBE ran %d times for three contended acquisitions in a row, want 1", n)
+	}
+	testutil.Eventually(t, 10*time.Second, "the subscription to end once the waiter stopped asking", func() bool {
+		return numSub(ctx, t, client, key) == 0
+	})
+	if n := cmdCalls(ctx, t, client, "unsubscribe"); n != 1 {
+		t.Errorf("UNSUBSCRIBE ran %d times, want 1", n)
+	}
 }

@@ -3,7 +3,6 @@ package lease
 import (
 	"context"
 	"sync"
-	"time"
 
 	"github.com/dsync-dev/dsync"
 	"github.com/dsync-dev/dsync/backends"
@@ -20,34 +19,10 @@ import (
 
 // lines are the waiting lines of one backend, kept on it (dsync.Backend.State).
 type lines struct {
-	mu   sync.Mutex
-	m    map[string]*line   // by key; protected by mu
-	idle map[string]idleSub // by key; protected by mu
-
-	// expiry closes the idle subscriptions whose time is up; nil while
-	// there are none. Protected by mu, as is closed.
-	expiry   *time.Timer
-	expiring sync.WaitGroup // expiry's runs; added to under mu, before closed
-	closed   bool
+	mu       sync.Mutex
+	m        map[string]*line // by key; protected by mu
+	idleSubs                  // protected by mu
 }
-
-// idleSub is the release notices of a key whose line ended, kept for the
-// process's next Acquire of it until the time until.
-type idleSub struct {
-	sub   backends.Subscription
-	until time.Time
-}
-
-// lingerFor is how long a key's release notices stay subscribed after its
-// line ends. The process's next Acquire of the key within it uses them as
-// they are: a process that takes a contended lock over and over neither
-// subscribes and unsubscribes each time nor makes the attempt that a fresh
-// subscription needs (see Acquire). maxIdle bounds the subscriptions kept
-// per backend; the backend's Close closes them.
-const (
-	lingerFor = time.Second
-	maxIdle   = 64
-)
 
 // linesKey is the key of a backend's lines in its state.
 type linesKey struct{}
@@ -55,7 +30,7 @@ type linesKey struct{}
 // linesOf returns b's waiting lines, looked up once per primitive (New),
 // not once per Acquire.
 func linesOf(b *dsync.Backend) *lines {
-	return b.State(linesKey{}, func() any { return &lines{m: map[string]*line{}, idle: map[string]idleSub{}} }).(*lines)
+	return b.State(linesKey{}, func() any { return &lines{m: map[string]*line{}, idleSubs: idleSubs{idle: map[string]idleSub{}}} }).(*lines)
 }
 
 // line is the queue of one key while some waiter is at its head: turns
@@ -88,18 +63,7 @@ func waitTurn(ctx context.Context, c *Config) (turn, error) {
 	ls.mu.Lock()
 	l := ls.m[c.Key]
 	if l == nil {
-		if s, ok := ls.idle[c.Key]; ok {
-			// Notices that came before this Acquire's first attempt tell
-			// nothing that the attempt will not see.
-			delete(ls.idle, c.Key)
-			ls.m[c.Key] = &line{sub: s.sub}
-			select {
-			case <-s.sub.C():
-			default:
-			}
-		} else {
-			ls.m[c.Key] = headOnly
-		}
+		ls.m[c.Key] = ls.adoptLocked(c.Key)
 		ls.mu.Unlock()
 		return t, nil
 	}
@@ -156,8 +120,8 @@ func (t turn) watch(ctx context.Context, d backends.Driver) (sub backends.Subscr
 }
 
 // pass hands the head of the line to the next waiter, or frees the line
-// and keeps its subscription for lingerFor (closing it if maxIdle are kept
-// already).
+// and keeps its subscription for the process's next Acquire of the key
+// (see linger.go).
 func (t turn) pass() {
 	ls := t.ls
 	ls.mu.Lock()
@@ -170,67 +134,9 @@ func (t turn) pass() {
 		return
 	}
 	delete(ls.m, t.key)
-	if l.sub == nil {
-		ls.mu.Unlock()
-		return
-	}
-	if ls.closed || len(ls.idle) >= maxIdle {
-		ls.mu.Unlock()
+	kept := l.sub == nil || ls.parkLocked(t.key, l.sub)
+	ls.mu.Unlock()
+	if !kept {
 		l.sub.Close()
-		return
-	}
-	ls.idle[t.key] = idleSub{l.sub, time.Now().Add(lingerFor)}
-	if ls.expiry == nil {
-		ls.expiry = time.AfterFunc(lingerFor, ls.expire)
-	}
-	ls.mu.Unlock()
-}
-
-// expire closes the idle subscriptions whose time is up, and runs again
-// when the next one's is.
-func (ls *lines) expire() {
-	ls.mu.Lock()
-	if ls.closed {
-		ls.mu.Unlock()
-		return
-	}
-	ls.expiring.Add(1)
-	defer ls.expiring.Done()
-	now := time.Now()
-	var done []backends.Subscription
-	next := lingerFor
-	for k, s := range ls.idle {
-		if left := s.until.Sub(now); left > 0 {
-			next = min(next, left)
-			continue
-		}
-		done = append(done, s.sub)
-		delete(ls.idle, k)
-	}
-	if len(ls.idle) > 0 {
-		ls.expiry.Reset(next)
-	} else {
-		ls.expiry = nil
-	}
-	ls.mu.Unlock()
-	for _, s := range done {
-		s.Close()
-	}
-}
-
-// Close closes the idle subscriptions, and awaits a run of expire. The
-// backend calls it when it closes, after its driver.
-func (ls *lines) Close() {
-	ls.mu.Lock()
-	ls.closed = true
-	if ls.expiry != nil {
-		ls.expiry.Stop()
-	}
-	idle := ls.idle
-	ls.idle = nil
-	ls.mu.Unlock()
-	ls.expiring.Wait()
-	for _, s := range idle {
-		s.sub.Close()
 	}
 }

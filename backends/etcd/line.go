@@ -143,6 +143,9 @@ func (d *Driver) peek(ctx context.Context, a attempt, w *waiting) (ok, lost bool
 		return true, false, nil
 	}
 	d.notify.refused(a.lk, resp.Header.Revision, nil)
+	if d.afterLook != nil {
+		d.afterLook()
+	}
 	d.notify.inLine(a.lk, a.wk, w, count(1), resp.Header.Revision)
 	return false, false, backends.ErrNotAcquired
 }

@@ -344,3 +344,64 @@ func TestLineAcrossBackends(t *testing.T) {
 		t.Fatalf("served in the order %v, want the calls' order", order)
 	}
 }
+
+// TestLineDeletionDuringRegistration: a waiter ahead that leaves between a
+// waiter's look at the line and its registration with the release watch
+// is counted, so that the waiter, at the head, is woken by the next
+// release. (Before, that deletion was counted for nobody: the waiter
+// counted one ahead, was not woken, and held the line up to its retry
+// delay.)
+func TestLineDeletionDuringRegistration(t *testing.T) {
+	c := etcdtest.Start(t, nil)
+	ctx := testutil.Context(t)
+	const key, ttl = "registering", 5 * time.Second
+	holder, _ := newDriver(t, c)
+	ahead, _ := newDriver(t, c)
+	behind, _ := newDriver(t, c)
+
+	testutil.MustGrant(t, ctx, holder, req(key, "h", ttl))
+	b := waiter(key, "b", "tb", ttl)
+	wantRefused(t, ctx, ahead, b)
+	sub, err := behind.WatchReleases(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	cr := waiter(key, "c", "tc", ttl)
+	cr.Waiter = fmt.Sprintf("%016x-%s", 2, "c") // behind b
+	wantRefused(t, ctx, behind, cr)             // joins without looking
+	testutil.Eventually(t, 5*time.Second, "the release watch to be created", func() bool {
+		_, created := etcd.LineDeletionsSeen(behind, key)
+		return created
+	})
+
+	etcd.AfterLook(behind, func() {
+		etcd.AfterLook(behind, nil)
+		if err := ahead.Leave(ctx, key, b.Waiter); err != nil {
+			t.Error(err)
+		}
+		testutil.Eventually(t, 5*time.Second, "the watch to see the waiter ahead leave", func() bool {
+			n, _ := etcd.LineDeletionsSeen(behind, key)
+			return n == 1
+		})
+	})
+	wantRefused(t, ctx, behind, cr) // looks: one ahead; registers after b left
+	for drained := false; !drained; {
+		select {
+		case <-sub.C():
+		default:
+			drained = true
+		}
+	}
+	if err := holder.Release(ctx, key, "h"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-sub.C():
+	case <-time.After(3 * time.Second):
+		t.Fatal("the waiter at the head was not woken by the release: it still counts the waiter that left")
+	}
+	if _, err := behind.Acquire(ctx, cr); err != nil {
+		t.Fatalf("the head's attempt after the release: %v", err)
+	}
+}

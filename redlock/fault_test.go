@@ -1561,7 +1561,7 @@ func TestOneCommandPerNodeAndStep(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if sets, scripts := calls(stats, "set"), calls(stats, "evalsha"); sets != cycles || scripts != cycles {
+		if sets, scripts := redistest.CommandCalls(stats, "set"), redistest.CommandCalls(stats, "evalsha"); sets != cycles || scripts != cycles {
 			t.Errorf("node %d: %d SET and %d EVALSHA for %d cycles, want one each per cycle", i, sets, scripts, cycles)
 		}
 	}
@@ -1629,7 +1629,7 @@ func TestFenceWriteBack(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if scripts := calls(stats, "evalsha"); scripts != 4*cycles {
+		if scripts := redistest.CommandCalls(stats, "evalsha"); scripts != 4*cycles {
 			t.Errorf("node %d: %d EVALSHA for %d fenced cycles on new keys and %d on one key, want an acquire and a release each (no write-back)", i, scripts, cycles, cycles)
 		}
 	}
@@ -1675,16 +1675,6 @@ func TestFenceWriteBack(t *testing.T) {
 		t.Errorf("token %d of a quorum without node 4, after %d", second, first)
 	}
 	heal()
-}
-
-// calls reads a command's count from INFO commandstats.
-func calls(stats, cmd string) int {
-	_, rest, ok := strings.Cut(stats, "cmdstat_"+cmd+":calls=")
-	if !ok {
-		return 0
-	}
-	n, _ := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
-	return n
 }
 
 // TestCallerContextEndsFanOut: a request fanned out to every node returns

@@ -2,8 +2,6 @@ package redis_test
 
 import (
 	"context"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -215,18 +213,11 @@ func TestWatchReleasesAfterRestart(t *testing.T) {
 // statistics were last reset.
 func cmdCalls(ctx context.Context, t *testing.T, client *goredis.Client, cmd string) int {
 	t.Helper()
-	info, err := client.Info(ctx, "commandstats").Result()
+	stats, err := client.Info(ctx, "commandstats").Result()
 	if err != nil {
 		t.Fatalf("INFO commandstats: %v", err)
 	}
-	prefix := "cmdstat_" + cmd + ":calls="
-	for _, line := range strings.Split(info, "\r\n") {
-		if rest, ok := strings.CutPrefix(line, prefix); ok {
-			n, _ := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
-			return n
-		}
-	}
-	return 0
+	return redistest.CommandCalls(stats, cmd)
 }
 
 // TestNextAcquireKeepsSubscription: a process that meets contention on a

@@ -38,7 +38,6 @@ end
 -- at its old place, so that a dead waiter costs the others one window,
 -- not one per release for its TTL.
 local function line_hand(own, before)
-	local window = hand_over_ms
 	local line = own .. ":line"
 	local names
 	if before then
@@ -50,9 +49,9 @@ local function line_hand(own, before)
 		local live = own .. ":w:" .. w
 		local ttl = redis.call("PTTL", live)
 		if ttl ~= -2 then
-			redis.call("SET", own, "\r" .. w, "PX", window)
-			if ttl < 0 or ttl > window then
-				redis.call("PEXPIRE", live, window)
+			redis.call("SET", own, "\r" .. w, "PX", hand_over_ms)
+			if ttl < 0 or ttl > hand_over_ms then
+				redis.call("PEXPIRE", live, hand_over_ms)
 			end
 			return w
 		end

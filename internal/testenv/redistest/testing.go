@@ -2,6 +2,8 @@ package redistest
 
 import (
 	"errors"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 
@@ -63,4 +65,15 @@ func (s *Server) NewClient(t testing.TB) *goredis.Client {
 	})
 	t.Cleanup(func() { _ = c.Close() })
 	return c
+}
+
+// CommandCalls is how many times command cmd ran by stats, the reply of
+// INFO commandstats; 0 when it never ran.
+func CommandCalls(stats, cmd string) int {
+	_, rest, ok := strings.Cut(stats, "cmdstat_"+cmd+":calls=")
+	if !ok {
+		return 0
+	}
+	n, _ := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
+	return n
 }

@@ -41,13 +41,26 @@ func watch(ctx context.Context, t *testing.T, d *redis.Driver, client *goredis.C
 	return sub
 }
 
-func cycle(ctx context.Context, t *testing.T, d *redis.Driver, key, token string) {
+// cycle acquires and releases key with token while somebody waits: a lock
+// released with nobody in its line publishes nothing. The waiter is a
+// place in the line whose liveness has lapsed, so that the release tells
+// every watcher (instead of keeping the lock for that waiter).
+func cycle(ctx context.Context, t *testing.T, d *redis.Driver, client *goredis.Client, key, token string) {
 	t.Helper()
 	if _, err := d.Acquire(ctx, req(key, token, time.Minute)); err != nil {
 		t.Fatalf("Acquire: %v", err)
 	}
+	queue(ctx, t, client, key)
 	if err := d.Release(ctx, key, token); err != nil {
 		t.Fatalf("Release: %v", err)
+	}
+}
+
+// queue puts a waiter whose liveness has lapsed in key's line.
+func queue(ctx context.Context, t *testing.T, client *goredis.Client, key string) {
+	t.Helper()
+	if err := client.ZAdd(ctx, "dsync:{"+key+"}:line", goredis.Z{Member: "0000000000000000-lapsed"}).Err(); err != nil {
+		t.Fatalf("ZADD: %v", err)
 	}
 }
 
@@ -82,7 +95,7 @@ func TestWatchReleases(t *testing.T) {
 		t.Errorf("NUMSUB with two watchers on one driver = %d, want 1 (one shared connection)", n)
 	}
 
-	cycle(ctx, t, d, key, "t1")
+	cycle(ctx, t, d, client, key, "t1")
 	receive(t, a, "watcher a")
 	receive(t, b, "watcher b")
 	if !empty(o) {
@@ -93,6 +106,7 @@ func TestWatchReleases(t *testing.T) {
 	if _, err := d.Acquire(ctx, req(key, "t2", time.Minute)); err != nil {
 		t.Fatal(err)
 	}
+	queue(ctx, t, client, key)
 	if err := d.Release(ctx, key, "not-t2"); err == nil {
 		t.Fatal("foreign Release succeeded")
 	}
@@ -105,9 +119,9 @@ func TestWatchReleases(t *testing.T) {
 	// connection are dispatched in order, so once the other key's notice is
 	// in, all three have been handed to a, which holds exactly one.
 	for _, tok := range []string{"c1", "c2", "c3"} {
-		cycle(ctx, t, d, key, tok)
+		cycle(ctx, t, d, client, key, tok)
 	}
-	cycle(ctx, t, d, other, "o1")
+	cycle(ctx, t, d, client, other, "o1")
 	receive(t, o, "the other key")
 	receive(t, a, "watcher a, coalesced")
 	if !empty(a) {
@@ -121,7 +135,7 @@ func TestWatchReleases(t *testing.T) {
 	if n := numSub(ctx, t, client, key); n != 1 {
 		t.Errorf("NUMSUB after closing one of two watchers = %d, want 1", n)
 	}
-	cycle(ctx, t, d, key, "t3")
+	cycle(ctx, t, d, client, key, "t3")
 	receive(t, a, "watcher a after b closed")
 	a.Close()
 	testutil.Eventually(t, 5*time.Second, "the channel to be unsubscribed", func() bool {
@@ -130,8 +144,53 @@ func TestWatchReleases(t *testing.T) {
 
 	// A new watcher subscribes the channel again on the same connection.
 	c := watch(ctx, t, d, client, key)
-	cycle(ctx, t, d, key, "t4")
+	cycle(ctx, t, d, client, key, "t4")
 	receive(t, c, "a watcher that came back")
+}
+
+// TestQuietWithNobodyInLine: a lock released with nobody in its line,
+// fenced or not, publishes nothing; a waiter's refused attempt puts it in
+// line, and the next release tells it.
+func TestQuietWithNobodyInLine(t *testing.T) {
+	srv := redistest.Start(t, nil)
+	d, client := newDriver(t, srv, nil)
+	ctx := testutil.Context(t)
+	key := t.Name()
+	sub := watch(ctx, t, d, client, key)
+	if err := client.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, fence := range []bool{false, true} {
+		r := req(key, "t", time.Minute)
+		r.Fence = fence
+		if _, err := d.Acquire(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Release(ctx, key, r.Token); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := cmdCalls(ctx, t, client, "publish"); n != 0 {
+		t.Errorf("releases with nobody waiting ran PUBLISH %d times, want 0", n)
+	}
+	if !empty(sub) {
+		t.Error("a release with nobody waiting woke a watcher")
+	}
+
+	if _, err := d.Acquire(ctx, req(key, "holder", time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	w := backends.Request{Key: key, Token: "w", TTL: time.Minute, Waiter: "0000000000000001-w"}
+	if _, err := d.Acquire(ctx, w); err != backends.ErrNotAcquired {
+		t.Fatalf("waiter's attempt = %v, want ErrNotAcquired", err)
+	}
+	if err := d.Release(ctx, key, "holder"); err != nil {
+		t.Fatal(err)
+	}
+	receive(t, sub, "the release a waiter waits for")
+	if n := cmdCalls(ctx, t, client, "publish"); n != 1 {
+		t.Errorf("PUBLISH ran %d times, want once: for the release the waiter waited for", n)
+	}
 }
 
 // TestWatchReleasesAcrossDrivers checks that a release made by one process
@@ -144,7 +203,7 @@ func TestWatchReleasesAcrossDrivers(t *testing.T) {
 	key := t.Name()
 
 	sub := watch(ctx, t, d1, client, key)
-	cycle(ctx, t, d2, key, "tok")
+	cycle(ctx, t, d2, client, key, "tok")
 	receive(t, sub, "a release by another driver")
 }
 
@@ -205,7 +264,7 @@ func TestWatchReleasesAfterRestart(t *testing.T) {
 		m, err := client.PubSubNumSub(ctx, "dsync:{"+key+"}:released").Result()
 		return err == nil && m["dsync:{"+key+"}:released"] > 0
 	})
-	cycle(ctx, t, d, key, "tok")
+	cycle(ctx, t, d, client, key, "tok")
 	receive(t, sub, "a release after the restart")
 }
 

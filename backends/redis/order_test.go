@@ -283,8 +283,8 @@ func TestSemaphoreKeepsNoLine(t *testing.T) {
 
 // TestNoticeWakesTheHeir: a release that keeps the lock for a waiter
 // wakes the watchers of the driver that put that waiter in line, not the
-// others (they would be refused); a release with nobody in line wakes
-// everyone.
+// others (they would be refused); a release that finds only lapsed
+// places in line wakes everyone, and one with nobody in line, nobody.
 func TestNoticeWakesTheHeir(t *testing.T) {
 	srv := redistest.Start(t, nil)
 	ctx := testutil.Context(t)
@@ -330,7 +330,9 @@ func TestNoticeWakesTheHeir(t *testing.T) {
 	}
 	r := waiterReq(key, a, true)
 	mustGrant(t, ctx, ds[1], r, "a in its turn")
-	if err := ds[1].Leave(ctx, key, b); err != nil { // b gives up: the line is empty
+	// b's place lapses (as when b died): the release finds nobody live in
+	// line, frees the lock, and tells every watcher.
+	if err := admin.Del(ctx, "dsync:{"+key+"}:w:"+b).Err(); err != nil {
 		t.Fatal(err)
 	}
 	if err := ds[1].Release(ctx, key, r.Token); err != nil {
@@ -339,6 +341,18 @@ func TestNoticeWakesTheHeir(t *testing.T) {
 	for i := range ds {
 		if !woken(i, 5*time.Second) {
 			t.Errorf("driver %d not woken by a release that left the lock free", i)
+		}
+	}
+	// That release took b out of the line: nobody waits, and the next
+	// release tells nobody.
+	r = backends.Request{Key: key, Token: "holder-2", TTL: 10 * time.Second}
+	mustGrant(t, ctx, ds[0], r, "a holder with nobody in line")
+	if err := ds[0].Release(ctx, key, r.Token); err != nil {
+		t.Fatal(err)
+	}
+	for i := range ds {
+		if woken(i, 100*time.Millisecond) {
+			t.Errorf("driver %d woken by a release that nobody waited for", i)
 		}
 	}
 }

@@ -139,7 +139,9 @@ func (d *Driver) Refresh(ctx context.Context, key, token string, ttl time.Durati
 // Release deletes the hold owned by token (a lock's key, or token's member
 // of a semaphore's holders) and publishes a release notice on the key's
 // channel; a lock is kept for the first live waiter in its line, if any,
-// for the hand-over window. A hold that expired or belongs to another
+// for the hand-over window, and a lock with nobody in its line is
+// released without a notice (nobody waits for it; see
+// redisnode.LineKeep). A hold that expired or belongs to another
 // token is reported as ErrNotHeld, and no other hold is touched.
 func (d *Driver) Release(ctx context.Context, key, token string) error {
 	if d.closed.Load() {

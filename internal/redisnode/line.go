@@ -19,6 +19,14 @@ import (
 // waiter costs the others one window.
 const HandOver = 200 * time.Millisecond
 
+// LineKeep is how long a lock's line lasts at least after a waiter last
+// joined it (or its TTL, if longer). A lock's release tells waiters only
+// while its line has someone in it: an uncontended release publishes
+// nothing. A waiter keeps its place in the line with every refused
+// attempt, so it is woken by a release unless it has made none for this
+// long (and for its TTL); then its own retry timer wakes it.
+const LineKeep = 10 * time.Minute
+
 // Leave takes waiter out of key's line on this node; if the lock was kept
 // for waiter, it goes to the next live waiter in line, or is freed, and
 // the key's waiters are told.

@@ -12,13 +12,16 @@
 -- otherwise it is kept for the first of those (see acquire.lua).
 
 -- line_join puts waiter w in the line of the lock own, or keeps its place
--- there, for ttl ms; the line lives at least as long.
+-- there, for ttl ms; the line lives at least as long, and at least
+-- line_keep_ms (LineKeep in line.go, defined in front of this file): a
+-- release tells waiters only while the line has someone in it.
 local function line_join(own, w, ttl)
 	local line = own .. ":line"
 	redis.call("ZADD", line, "NX", 0, w)
 	redis.call("SET", own .. ":w:" .. w, "1", "PX", ttl)
-	if redis.call("PTTL", line) < ttl then
-		redis.call("PEXPIRE", line, ttl)
+	local keep = math.max(ttl, line_keep_ms)
+	if redis.call("PTTL", line) < keep then
+		redis.call("PEXPIRE", line, keep)
 	end
 end
 

@@ -10,7 +10,9 @@
 --          released nothing they were waiting for) unless the lock is
 --          kept for another waiter than its own; otherwise publish on
 --          P{K}:released, to which every waiter of K listens: "released",
---          or the name of the waiter the lock is kept for
+--          or the name of the waiter the lock is kept for. A lock's
+--          release publishes only when its line has someone in it (see
+--          line.lua): nobody else waits for it
 -- ARGV[3]  the waiter of the attempt withdrawn, if any (absent for none):
 --          it goes back in the lock's line, for ARGV[4] ms, before the
 --          lock is handed on (a failed Redlock round keeps its waiter's
@@ -23,6 +25,7 @@
 local v = redis.pcall("GET", KEYS[1])
 local gone = 0
 local heir -- the waiter the lock is kept for
+local waited = true -- whether anyone may wait for this release
 if type(v) ~= "table" then
 	if v and hold_owned(v, ARGV[1]) then
 		if KEYS[1] ~= KEYS[2] then
@@ -32,7 +35,8 @@ if type(v) ~= "table" then
 			if ARGV[3] then
 				line_join(KEYS[2], ARGV[3], tonumber(ARGV[4]))
 			end
-			if redis.call("EXISTS", KEYS[2] .. ":line") == 1 then
+			waited = redis.call("EXISTS", KEYS[2] .. ":line") == 1
+			if waited then
 				heir = line_hand(KEYS[2])
 			end
 			if not heir then
@@ -51,7 +55,7 @@ elseif redis.call("TYPE", KEYS[1]).ok == "zset" then
 end
 -- A withdrawn attempt whose waiter is first in line again is not woken:
 -- it comes back after its own delay, as after any failed attempt.
-if gone == 1 and (ARGV[2] ~= "0" or heir and heir ~= ARGV[3]) then
+if gone == 1 and (ARGV[2] ~= "0" and waited or heir and heir ~= ARGV[3]) then
 	redis.call("PUBLISH", KEYS[2] .. ":released", heir or "released")
 end
 return gone

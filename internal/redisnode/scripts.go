@@ -41,8 +41,9 @@ var (
 	//go:embed leave.lua
 	leaveSrc string
 
-	// lineLib is line.lua after the hand-over window it keeps a lock for.
-	lineLib = fmt.Sprintf("local hand_over_ms = %d\n", HandOver.Milliseconds()) + lineSrc
+	// lineLib is line.lua after its constants: the hand-over window and
+	// how long a line lasts.
+	lineLib = fmt.Sprintf("local hand_over_ms = %d\nlocal line_keep_ms = %d\n", HandOver.Milliseconds(), LineKeep.Milliseconds()) + lineSrc
 
 	acquireScript    = goredis.NewScript(fenceSrc + holdSrc + lineLib + acquireSrc)
 	semAcquireScript = goredis.NewScript(fenceSrc + semCommonSrc + semAcquireSrc)

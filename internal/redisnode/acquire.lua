@@ -1,5 +1,7 @@
 -- acquire.lua: one attempt on a lock, or on one slot of a Redlock
--- semaphore. Runs after fence.lua, hold.lua and line.lua.
+-- semaphore. Runs after fence.lua, hold.lua and, for a waiter (ARGV[6]),
+-- line.lua: without a waiter it calls none of line.lua's helpers, and runs
+-- without them (see scripts.go).
 --
 -- KEYS[1]  the hold                 P{K} for a lock, P{K}:slot:I for slot I
 -- KEYS[2]  the key's own hold       P{K}: the lock, or the slots' marker
@@ -10,12 +12,12 @@
 -- ARGV[4]  "1" to draw a fencing token, "0" not to
 -- ARGV[5]  the seed step of a missing counter, in microseconds (see
 --          fence.lua)
--- ARGV[6]  the waiter making the attempt, "" for none (a lock's only):
---          refused, it joins the line (see line.lua); granted, it leaves
---          it; a lock kept for it, it takes
--- ARGV[7]  "1" when the waiter may have a place in the line already (an
---          earlier attempt of its was refused here), "0" when it has
---          none: then a free lock is its, as anybody's
+-- ARGV[6]  the waiter making the attempt, "" or absent for none (a
+--          lock's only): refused, it joins the line (see line.lua);
+--          granted, it leaves it; a lock kept for it, it takes
+-- ARGV[7]  with a waiter, "1" when it may have a place in the line
+--          already (an earlier attempt of its was refused here), "0"
+--          when it has none: then a free lock is its, as anybody's
 --
 -- A free lock that a waiter with a place would take goes to the first live
 -- waiter ahead of it, if any, for the hand-over window, as after a release

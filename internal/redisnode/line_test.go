@@ -1,9 +1,14 @@
 package redisnode_test
 
 import (
+	"context"
 	"errors"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/dsync-dev/dsync/backends"
 	"github.com/dsync-dev/dsync/internal/redisnode"
@@ -53,4 +58,71 @@ func TestReservationOnOneNode(t *testing.T) {
 	if n := c.Exists(ctx, "dsync:{k}", "dsync:{k}:line", "dsync:{k}:w:"+w).Val(); n != 0 {
 		t.Errorf("%d keys left after the only waiter left", n)
 	}
+}
+
+// TestWaiterCallsByPlace: a waiter's attempt with no place in line leaves
+// the line alone, fenced or not, in one call; refused, a second call puts
+// it in line; with its place, one call again.
+func TestWaiterCallsByPlace(t *testing.T) {
+	d, c, ctx := slotDriver(t)
+	var sent atomic.Int64 // commands the node sent, a script's first NOSCRIPT not counted
+	if err := c.Ping(ctx).Err(); err != nil { // the connection's handshake, before counting
+		t.Fatal(err)
+	}
+	c.AddHook(countHook{&sent})
+	calls := func() int { return int(sent.Load()) }
+	const w = "0000000000000001-w"
+	for _, fence := range []bool{false, true} {
+		lock := redisnode.Target{Key: "k"}
+		before := calls()
+		if _, err := d.Acquire(ctx, lock, redisnode.Hold{Token: "holder", TTL: time.Minute, Fence: fence, Waiter: "0000000000000000-h"}); err != nil {
+			t.Fatal(err)
+		}
+		if n := calls() - before; n != 1 {
+			t.Errorf("fence %v: a free lock took %d calls, want 1", fence, n)
+		}
+		before = calls()
+		if _, err := d.Acquire(ctx, lock, redisnode.Hold{Token: "t-w", TTL: time.Minute, Fence: fence, Waiter: w}); err != backends.ErrNotAcquired {
+			t.Fatalf("fence %v: waiter on a held lock: %v", fence, err)
+		}
+		if n := calls() - before; n != 2 {
+			t.Errorf("fence %v: a new waiter's refused attempt took %d calls, want 2", fence, n)
+		}
+		if c.ZScore(ctx, "dsync:{k}:line", w).Err() != nil {
+			t.Fatalf("fence %v: the refused waiter is not in line", fence)
+		}
+		before = calls()
+		if _, err := d.Acquire(ctx, lock, redisnode.Hold{Token: "t-w", TTL: time.Minute, Fence: fence, Waiter: w}); err != backends.ErrNotAcquired {
+			t.Fatalf("fence %v: waiter in line on a held lock: %v", fence, err)
+		}
+		if n := calls() - before; n != 1 {
+			t.Errorf("fence %v: the attempt of a waiter in line took %d calls, want 1", fence, n)
+		}
+		if err := d.Leave(ctx, "k", w); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Release(ctx, lock, "holder", true); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// countHook counts the commands a client sends, but those refused with
+// NOSCRIPT (a script's first run, sent again as EVAL).
+type countHook struct{ n *atomic.Int64 }
+
+func (countHook) DialHook(next goredis.DialHook) goredis.DialHook { return next }
+
+func (h countHook) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+	return func(ctx context.Context, cmd goredis.Cmder) error {
+		err := next(ctx, cmd)
+		if err == nil || !strings.HasPrefix(err.Error(), "NOSCRIPT") {
+			h.n.Add(1)
+		}
+		return err
+	}
+}
+
+func (countHook) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return next
 }

@@ -63,32 +63,52 @@ func (n *Node) Acquire(ctx context.Context, t Target, h Hold) (uint64, error) {
 	if hold != own {
 		h.Waiter = ""
 	}
-	ttl := h.TTL.Truncate(time.Millisecond)
 	known := n.waiting.has(t.Key, h.Waiter)
-	if hold == own && !h.Fence && !known {
-		// Nothing to draw, no marker to keep and no place in line: a
-		// plain SET NX PX, several times cheaper for Redis than a script.
-		err := n.client.SetArgs(ctx, hold, h.value(), goredis.SetArgs{Mode: "NX", TTL: ttl}).Err()
-		if !errors.Is(err, goredis.Nil) {
-			return 0, err
+	if !known {
+		fence, err := n.acquireAlone(ctx, t, h, hold, own)
+		if h.Waiter == "" || err != backends.ErrNotAcquired {
+			return fence, err
 		}
-		if h.Waiter == "" {
-			return 0, n.refusal(ctx, t, own)
-		}
-		// The script joins the line, or takes a lock kept for the waiter.
-	}
-	if h.Waiter != "" && !known {
-		// Before the script: a release that keeps the lock for the waiter
-		// may notify it (see Notifier) before the script's reply is read.
+		// Refused: the line script attempts again and puts the waiter in
+		// line, or takes a lock kept for it. Before it: a release that
+		// keeps the lock for the waiter may notify it (see Notifier)
+		// before the script's reply is read.
 		n.waiting.add(t.Key, h.Waiter)
 	}
-	r, err := acquireScript.Run(ctx, n.client, []string{hold, own, fenceKey(n.prefix, own)},
-		h.value(), ttl.Milliseconds(), t.limit(), flag(h.Fence), max(h.SeedStep.Microseconds(), 1), h.Waiter,
-		flag(known)).Int64()
-	if h.Waiter != "" && err == nil && r != 0 {
+	keys, args := n.acquireArgs(t, h, hold, own)
+	r, err := lineAcquireScript.Run(ctx, n.client, keys, append(args, h.Waiter, flag(known))...).Int64()
+	if err == nil && r != 0 {
 		n.waiting.done(t.Key, h.Waiter)
 	}
 	return verdict(t.Key, t.limit(), h.Fence, r, err)
+}
+
+// acquireAlone is Acquire's attempt for a waiter with no place in line (or
+// none at all): it leaves the line alone, and needs neither line.lua nor a
+// waiter's name. Without a fence to draw or a marker to keep, it is a
+// plain SET NX PX, several times cheaper for Redis than a script. A
+// refusal is the bare ErrNotAcquired; a lock's is looked into (see
+// refusal) only when no waiter will attempt again at once.
+func (n *Node) acquireAlone(ctx context.Context, t Target, h Hold, hold, own string) (uint64, error) {
+	if hold == own && !h.Fence {
+		err := n.client.SetArgs(ctx, hold, h.value(), goredis.SetArgs{Mode: "NX", TTL: h.TTL.Truncate(time.Millisecond)}).Err()
+		if errors.Is(err, goredis.Nil) {
+			if h.Waiter == "" {
+				return 0, n.refusal(ctx, t, own)
+			}
+			return 0, backends.ErrNotAcquired
+		}
+		return 0, err
+	}
+	keys, args := n.acquireArgs(t, h, hold, own)
+	r, err := acquireScript.Run(ctx, n.client, keys, args...).Int64()
+	return verdict(t.Key, t.limit(), h.Fence, r, err)
+}
+
+// acquireArgs are acquire.lua's keys and arguments, but a waiter's.
+func (n *Node) acquireArgs(t Target, h Hold, hold, own string) ([]string, []any) {
+	return []string{hold, own, fenceKey(n.prefix, own)},
+		[]any{h.value(), h.TTL.Truncate(time.Millisecond).Milliseconds(), t.limit(), flag(h.Fence), max(h.SeedStep.Microseconds(), 1)}
 }
 
 // refusal is the verdict on a lock whose SET NX failed: a *LimitError when

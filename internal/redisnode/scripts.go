@@ -45,13 +45,18 @@ var (
 	// how long a line lasts.
 	lineLib = fmt.Sprintf("local hand_over_ms = %d\nlocal line_keep_ms = %d\n", HandOver.Milliseconds(), LineKeep.Milliseconds()) + lineSrc
 
-	acquireScript    = goredis.NewScript(fenceSrc + holdSrc + lineLib + acquireSrc)
-	semAcquireScript = goredis.NewScript(fenceSrc + semCommonSrc + semAcquireSrc)
-	releaseScript    = goredis.NewScript(semCommonSrc + holdSrc + lineLib + releaseSrc)
-	refreshScript    = goredis.NewScript(semCommonSrc + holdSrc + refreshSrc)
-	limitScript      = goredis.NewScript(holdSrc + limitSrc)
-	holderScript     = goredis.NewScript(semCommonSrc + holderSrc)
-	holdsScript      = goredis.NewScript(holdsSrc)
-	raiseFenceScript = goredis.NewScript(raiseFenceSrc)
-	leaveScript      = goredis.NewScript(holdSrc + lineLib + leaveSrc)
+	// acquireScript makes an attempt that leaves the line alone (no waiter,
+	// ARGV[6] absent): acquire.lua calls line.lua's helpers only for a
+	// waiter, and that attempt is the uncontended one, so it runs without
+	// them. lineAcquireScript makes a waiter's attempt.
+	acquireScript     = goredis.NewScript(fenceSrc + holdSrc + acquireSrc)
+	lineAcquireScript = goredis.NewScript(fenceSrc + holdSrc + lineLib + acquireSrc)
+	semAcquireScript  = goredis.NewScript(fenceSrc + semCommonSrc + semAcquireSrc)
+	releaseScript     = goredis.NewScript(semCommonSrc + holdSrc + lineLib + releaseSrc)
+	refreshScript     = goredis.NewScript(semCommonSrc + holdSrc + refreshSrc)
+	limitScript       = goredis.NewScript(holdSrc + limitSrc)
+	holderScript      = goredis.NewScript(semCommonSrc + holderSrc)
+	holdsScript       = goredis.NewScript(holdsSrc)
+	raiseFenceScript  = goredis.NewScript(raiseFenceSrc)
+	leaveScript       = goredis.NewScript(holdSrc + lineLib + leaveSrc)
 )

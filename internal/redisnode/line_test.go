@@ -65,10 +65,11 @@ func TestReservationOnOneNode(t *testing.T) {
 // it in line; with its place, one call again.
 func TestWaiterCallsByPlace(t *testing.T) {
 	d, c, ctx := slotDriver(t)
-	var sent atomic.Int64 // commands the node sent, a script's first NOSCRIPT not counted
-	if err := c.Ping(ctx).Err(); err != nil { // the connection's handshake, before counting
+	// The commands the node sends, once the connection's handshake is done.
+	if err := c.Ping(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
+	var sent atomic.Int64
 	c.AddHook(countHook{&sent})
 	calls := func() int { return int(sent.Load()) }
 	const w = "0000000000000001-w"

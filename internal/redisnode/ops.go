@@ -105,7 +105,8 @@ func (n *Node) acquireAlone(ctx context.Context, t Target, h Hold, hold, own str
 	return verdict(t.Key, t.limit(), h.Fence, r, err)
 }
 
-// acquireArgs are acquire.lua's keys and arguments, but a waiter's.
+// acquireArgs returns acquire.lua's keys and its arguments up to the
+// waiter's (ARGV[1] to ARGV[5]).
 func (n *Node) acquireArgs(t Target, h Hold, hold, own string) ([]string, []any) {
 	return []string{hold, own, fenceKey(n.prefix, own)},
 		[]any{h.value(), h.TTL.Truncate(time.Millisecond).Milliseconds(), t.limit(), flag(h.Fence), max(h.SeedStep.Microseconds(), 1)}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/dsync-dev/dsync/backends"
 	"github.com/dsync-dev/dsync/internal/redisnode"
+	"github.com/dsync-dev/dsync/internal/testenv/testutil"
 )
 
 // TestReservationOnOneNode: a lock kept for a waiter counts as a lock
@@ -126,4 +127,40 @@ func (h countHook) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
 
 func (countHook) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
 	return next
+}
+
+// TestLineOutlivesItsWaiter: a line lasts LineKeep after a waiter joined
+// it, not just the waiter's TTL, so that a release after the waiter's
+// place lapsed (a waiter sleeping longer than its TTL) still tells it.
+func TestLineOutlivesItsWaiter(t *testing.T) {
+	d, c, ctx := slotDriver(t)
+	lock := redisnode.Target{Key: "k"}
+	if _, err := d.Acquire(ctx, lock, redisnode.Hold{Token: "holder", TTL: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	const w = "0000000000000001-w"
+	if _, err := d.Acquire(ctx, lock, redisnode.Hold{Token: "t-w", TTL: 50 * time.Millisecond, Waiter: w}); err != backends.ErrNotAcquired {
+		t.Fatalf("waiter on a held lock: %v", err)
+	}
+	if ttl := c.PTTL(ctx, "dsync:{k}:line").Val(); ttl < redisnode.LineKeep-time.Minute {
+		t.Errorf("the line lives %v after a waiter with a TTL of 50ms joined, want about %v", ttl, redisnode.LineKeep)
+	}
+	testutil.Eventually(t, 5*time.Second, "the waiter's place to lapse", func() bool {
+		return c.Exists(ctx, "dsync:{k}:w:"+w).Val() == 0
+	})
+	ps := c.Subscribe(ctx, "dsync:{k}:released")
+	defer ps.Close()
+	if _, err := ps.Receive(ctx); err != nil { // the subscription's confirmation
+		t.Fatal(err)
+	}
+	if err := d.Release(ctx, lock, "holder", true); err != nil {
+		t.Fatal(err)
+	}
+	m, err := ps.ReceiveMessage(ctx)
+	if err != nil || m.Payload != "released" {
+		t.Fatalf("notice after the release: %v, %v; want \"released\"", m, err)
+	}
+	if n := c.Exists(ctx, "dsync:{k}", "dsync:{k}:line").Val(); n != 0 {
+		t.Errorf("%d keys left: the lapsed place should leave the line with that release, and the lock be free", n)
+	}
 }

@@ -22,9 +22,11 @@
 // processes, with bounded barging (see docs/redis.md, "Waiters in order").
 // Semaphores keep no line.
 //
-// What blocks: each method makes one round trip (two for a refused
-// unfenced lock), bounded by its context; a URL-opened client never
-// retries on its own. WatchReleases dials one shared pub/sub connection.
+// What blocks: each method makes one round trip, bounded by its context
+// (two for a lock's refused attempt that is unfenced or a waiter's first:
+// the second asks which limit holds the key, or puts the waiter in line);
+// a URL-opened client never retries on its own. WatchReleases dials one
+// shared pub/sub connection.
 //
 // Nothing is logged: a client opened from a URL reports through errors
 // only; a client passed to New logs as its application set go-redis.

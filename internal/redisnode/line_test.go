@@ -63,7 +63,9 @@ func TestReservationOnOneNode(t *testing.T) {
 
 // TestWaiterCallsByPlace: a waiter's attempt with no place in line leaves
 // the line alone, fenced or not, in one call; refused, a second call puts
-// it in line; with its place, one call again.
+// it in line; with its place, one call again. An attempt with no waiter,
+// refused, takes one call fenced (the script looks at the limit) and two
+// unfenced (SET NX, then the limit), as the package doc says.
 func TestWaiterCallsByPlace(t *testing.T) {
 	d, c, ctx := slotDriver(t)
 	// The commands the node sends, once the connection's handshake is done.
@@ -99,6 +101,17 @@ func TestWaiterCallsByPlace(t *testing.T) {
 		}
 		if n := calls() - before; n != 1 {
 			t.Errorf("fence %v: the attempt of a waiter in line took %d calls, want 1", fence, n)
+		}
+		before = calls()
+		if _, err := d.Acquire(ctx, lock, redisnode.Hold{Token: "t-x", TTL: time.Minute, Fence: fence}); err != backends.ErrNotAcquired {
+			t.Fatalf("fence %v: no waiter, on a held lock: %v", fence, err)
+		}
+		want := 2
+		if fence {
+			want = 1
+		}
+		if n := calls() - before; n != want {
+			t.Errorf("fence %v: a refused attempt with no waiter took %d calls, want %d", fence, n, want)
 		}
 		if err := d.Leave(ctx, "k", w); err != nil {
 			t.Fatal(err)

@@ -31,10 +31,14 @@ const (
 type Result struct {
 	Name       string
 	Violations []string // empty: the check passed
-	Notes      []string // measurements and remarks
-	Skipped    string   // why the check does not apply; empty if it ran
-	count      int      // violations found, described or not
-	more       int      // the index of the "more not shown" line; 0 if none
+	// At are the instants of the violations described, where the check
+	// has one (exclusion: when one holder too many began), to look up
+	// what the servers held then.
+	At      []time.Duration
+	Notes   []string // measurements and remarks
+	Skipped string   // why the check does not apply; empty if it ran
+	count   int      // violations found, described or not
+	more    int      // the index of the "more not shown" line; 0 if none
 }
 
 // OK reports whether the check found no violation.
@@ -98,7 +102,11 @@ func Check(h *History, store []StoreWrite, members []Member, spec Spec) []*Resul
 }
 
 func (h *History) describe(ho *Hold) string {
-	return fmt.Sprintf("%s (token %d, valid %s..%s)", ho.ID, ho.Token, h.at(ho.Acquired), h.at(ho.End()))
+	where := ""
+	if p := ho.Place; p != nil {
+		where = fmt.Sprintf(", slot %d on masters %s", p.Slot, p.Masters)
+	}
+	return fmt.Sprintf("%s (token %d%s, valid %s..%s)", ho.ID, ho.Token, where, h.at(ho.Acquired), h.at(ho.End()))
 }
 
 // at formats a CLOCK_MONOTONIC instant as seconds since the history's
@@ -150,6 +158,9 @@ func CheckExclusionOf(h *History, spec Spec) *Result {
 				who = append(who, h.describe(o))
 			}
 			slices.Sort(who)
+			if len(r.At) < maxDescribed {
+				r.At = append(r.At, e.at)
+			}
 			r.violate("%d holders valid at %s (limit %d): %v", len(active), h.at(e.at), spec.size(), who)
 		}
 	}

@@ -25,6 +25,17 @@ type Hold struct {
 	Outcome   string        // of the release: ok, notheld, err; "" if none
 	Died      time.Duration // the worker was killed while holding; 0 if not
 	Writes    []Write
+	// Place is where a Redlock permit was held right after its grant, as
+	// its worker read it from the masters it reaches ("held" event); nil
+	// when not reported.
+	Place *Place
+}
+
+// Place is a Redlock permit's slot and the masters holding it.
+type Place struct {
+	Slot    int // -1: no master held it when read
+	Masters string
+	Hold    string // the hold token, as the masters store it
 }
 
 // End is when the hold stopped being one the holder may rely on: its
@@ -99,6 +110,11 @@ func BuildHistory(events []proc.Event, members []Member) *History {
 				}
 				cur = &Hold{Worker: m.Worker, ID: m.ID, Token: u64(f[0]), Asked: asked, Acquired: ev.At, Expiry: dur(f[1])}
 				h.Holds = append(h.Holds, cur)
+			case "held":
+				if cur != nil && len(f) >= 3 {
+					slot, _ := strconv.Atoi(f[0])
+					cur.Place = &Place{Slot: slot, Masters: f[1], Hold: f[2]}
+				}
 			case "write":
 				if cur == nil || len(f) < 5 {
 					continue

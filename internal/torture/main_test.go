@@ -101,7 +101,13 @@ func (e *env) ready() {
 // await waits for an event at or after from that matches.
 func (e *env) await(from int, match func(proc.Event) bool, what string) (proc.Event, int) {
 	e.t.Helper()
-	ctx, cancel := context.WithTimeout(e.ctx, stepTimeout)
+	return e.awaitWithin(from, match, what, stepTimeout)
+}
+
+// awaitWithin is await with a bound other than stepTimeout.
+func (e *env) awaitWithin(from int, match func(proc.Event) bool, what string, timeout time.Duration) (proc.Event, int) {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(e.ctx, timeout)
 	defer cancel()
 	ev, next, err := e.h.Await(ctx, from, match)
 	if err != nil {

@@ -1,11 +1,15 @@
 package torture
 
 import (
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/dsync-dev/dsync/internal/testenv/faultproxy"
 	"github.com/dsync-dev/dsync/internal/testenv/proc"
+	"github.com/dsync-dev/dsync/internal/testenv/redistest"
 )
 
 const semSize = 2
@@ -81,13 +85,30 @@ func TestSemKilledHolder(t *testing.T) {
 	}, "redis", "redlock")
 }
 
+// partition says which masters each client of a partitioned semaphore
+// scenario reaches (the links to the others refuse), and what else
+// happens to the links.
+type partition struct {
+	reach [3][]int
+	// fault, when set, is injected once grants flow, on the clients'
+	// proxies (ps[client][master]), then healed.
+	fault func(ps [][]*faultproxy.Proxy) Fault
+	// foreign, when set, has client foreign[0] reach a redis-server
+	// outside the five at its address of master foreign[1] (which it
+	// reaches no more): the clients no longer share their masters.
+	foreign []int
+}
+
 // partitionedSem: three clients of a semaphore of size 2 on 5 Redis nodes,
-// each reaching only 3 of them (A: 0,1,2; B: 2,3,4; C: 0,1,3; the links
-// to the others refuse), hold permits for a while, over and over. A naive
-// majority vote over per-node sets of holders admits all three (no node
-// sees more than 2); the Redlock semaphore, built from slot locks, admits
-// at most 2.
-func partitionedSem(t *testing.T, prim string) *Report {
+// each reaching only 3 of them, hold permits for a while, over and over.
+// Any two sets of 3 of the 5 masters share one, so the Redlock semaphore,
+// built from slot locks, admits at most 2. A naive majority vote over
+// per-node sets of holders admits all three (no node sees more than 2) in
+// the first partition (A: 0,1,2; B: 2,3,4; C: 0,1,3). Each worker reports
+// where each permit is held ("held"), and the masters are read every 20
+// ms, so that a violation names the slots, the masters and what each
+// master held then.
+func partitionedSem(t *testing.T, prim string, pt partition) *Report {
 	t.Parallel()
 	s := newSystem(t, "redlock")
 	e := newEnv(t)
@@ -95,12 +116,22 @@ func partitionedSem(t *testing.T, prim string) *Report {
 	cfg := semConfig(k, rlMaxTTL)
 	cfg.Prim = prim
 	cfg.Writes, cfg.Work = 4, 300*time.Millisecond
-	for _, reach := range [][]int{{0, 1, 2}, {2, 3, 4}, {0, 1, 3}} {
-		url, ps := s.proxied()
+	var ps [][]*faultproxy.Proxy
+	for client, reach := range pt.reach {
+		url, cps := s.proxied()
+		ps = append(ps, cps)
 		var addrs []string
-		for i, p := range ps {
+		for i, p := range cps {
 			addrs = append(addrs, p.Addr())
-			if !contains(reach, i) {
+			switch {
+			case len(pt.foreign) == 2 && pt.foreign[0] == client && pt.foreign[1] == i:
+				if err := p.Refuse(); err != nil {
+					t.Fatal(err)
+				}
+				f := redistest.Start(t, nil)
+				url = strings.Replace(url, p.Addr(), f.Addr(), 1)
+				addrs[i] = f.Addr()
+			case !slices.Contains(reach, i):
 				if err := p.Refuse(); err != nil {
 					t.Fatal(err)
 				}
@@ -110,22 +141,78 @@ func partitionedSem(t *testing.T, prim string) *Report {
 		c.Nodes = strings.Join(addrs, ",")
 		e.start(1, url, c)
 	}
+	log := WatchMasters(s.addrs(), k, 20*time.Millisecond)
+	defer log.Stop()
 	e.ready()
-	e.awaitCount(0, 6, Is("acquired", nil), "grants")
-	return e.finish(prim, k, Spec{Prim: prim, Size: semSize, TTL: rlMaxTTL, Fencing: prim == PrimSem}, nil)
-}
-
-func contains(xs []int, x int) bool {
-	for _, y := range xs {
-		if y == x {
-			return true
+	mark := e.awaitCount(0, 3, Is("acquired", nil), "grants")
+	if pt.fault != nil {
+		in := e.inject(pt.fault(ps))
+		mark = e.awaitCount(mark, 3, Is("acquired", nil), "grants under the fault")
+		e.heal(in)
+	}
+	if len(pt.foreign) == 2 {
+		// A's holds never meet B's: three at once comes within a few
+		// holds, at the first moment when both hold one slot and C the
+		// other.
+		e.awaitWithin(mark, holdAtOnce(semSize+1), "three holders at once", foreignTimeout)
+	} else {
+		e.awaitCount(mark, 3, Is("acquired", nil), "grants")
+	}
+	rep := e.finish(prim, k, Spec{Prim: prim, Size: semSize, TTL: rlMaxTTL, Fencing: prim == PrimSem}, nil)
+	if r := rep.Result(CheckExclusion); prim == PrimSem && !r.OK() {
+		names := map[string]string{}
+		for _, h := range rep.History.Holds {
+			if h.Place != nil {
+				names[h.Place.Hold] = fmt.Sprintf("%s/%d", h.ID, h.Token)
+			}
+		}
+		for _, at := range r.At {
+			t.Logf("at the violation at %s:\n%s", rep.History.at(at), log.Around(rep.History, at, names))
 		}
 	}
-	return false
+	return rep
 }
 
+// holdAtOnce matches the event after which n workers hold at once, by
+// their events.
+func holdAtOnce(n int) func(proc.Event) bool {
+	holding := map[int]bool{}
+	return func(ev proc.Event) bool {
+		switch ev.Name {
+		case "acquired":
+			holding[ev.Worker] = true
+		case "lost", "releasing", "released":
+			delete(holding, ev.Worker)
+		}
+		return len(holding) >= n
+	}
+}
+
+// The partitions of the scenario: each client reaches 3 of the 5 masters.
+var (
+	partitionABC = [3][]int{{0, 1, 2}, {2, 3, 4}, {0, 1, 3}}
+	partitionDEF = [3][]int{{0, 2, 4}, {1, 2, 3}, {0, 3, 4}}
+)
+
 func TestRedlockSemPartitioned(t *testing.T) {
-	rep := partitionedSem(t, PrimSem)
+	rep := partitionedSem(t, PrimSem, partition{reach: partitionABC})
+	wantOK(t, rep)
+}
+
+// TestRedlockSemPartitionedOtherwise: the masters split another way.
+func TestRedlockSemPartitionedOtherwise(t *testing.T) {
+	rep := partitionedSem(t, PrimSem, partition{reach: partitionDEF})
+	wantOK(t, rep)
+}
+
+// TestRedlockSemPartitionedLateReplies: the partition, with the replies of
+// master 2 to every client held back past the per-node timeout for a
+// while: its votes land after their rounds were decided (the commands
+// apply on time), so late grants are withdrawn while other rounds go on.
+func TestRedlockSemPartitionedLateReplies(t *testing.T) {
+	rep := partitionedSem(t, PrimSem, partition{reach: partitionABC, fault: func(ps [][]*faultproxy.Proxy) Fault {
+		return Latency("master 2's replies", 2*rlNodeTimeout, ps[0][2], ps[1][2], ps[2][2])
+	}})
 	wantOK(t, rep)
 }
 
@@ -133,5 +220,24 @@ func TestRedlockSemPartitioned(t *testing.T) {
 // TestRedlockSemPartitioned: the naive majority semaphore admits three
 // holders of two permits, and the exclusion check says so.
 func TestNaiveSemPartitioned(t *testing.T) {
-	wantViolation(t, partitionedSem(t, PrimNaive), CheckExclusion)
+	wantViolation(t, partitionedSem(t, PrimNaive, partition{reach: partitionABC}), CheckExclusion)
+}
+
+// foreignTimeout bounds TestRedlockSemForeignMaster's wait for three
+// holders at once: some holds of the three workers, each of about 1.5s.
+const foreignTimeout = time.Minute
+
+// TestRedlockSemForeignMaster is the mechanism of an over-admission once
+// seen in TestRedlockSemPartitioned, when a refused link closed its
+// proxy's port and the kernel could hand the port to another test's
+// server: a client's address of a master reaches a server outside the
+// five. Here client A's master 2 is such a server, so A's majority
+// {0, 1, foreign} shares no master with B's {2, 3, 4}: both hold one slot
+// while C holds the other, three holders of two permits, each on what its
+// client counts as a majority, with tokens that may go back (a majority
+// that misses the other's counter). faultproxy.Refuse keeps its port for
+// that reason: the Redlock argument holds for clients that reach the same
+// masters, and only for them.
+func TestRedlockSemForeignMaster(t *testing.T) {
+	wantViolation(t, partitionedSem(t, PrimSem, partition{reach: partitionABC, foreign: []int{0, 2}}), CheckExclusion)
 }

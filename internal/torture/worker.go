@@ -54,7 +54,10 @@ type WorkerConfig struct {
 	// NoFencing turns fencing tokens off (locker.Options.NoFencing): the
 	// writes carry token 0, which the store always accepts.
 	NoFencing bool
-	// Nodes are the Redis addresses of PrimNaive (comma-separated).
+	// Nodes are the Redis addresses of PrimNaive, or the Redlock masters
+	// as this worker reaches them (comma-separated, in the URL's order):
+	// a Redlock semaphore's worker then reports where each permit is held
+	// (the "held" event).
 	Nodes string
 	// Holds bounds the number of holds; 0 means until SIGTERM.
 	Holds int
@@ -175,6 +178,9 @@ func sleep(ctx context.Context, d time.Duration) bool {
 //
 //	asked
 //	acquired TOKEN EXPIRY             EXPIRY: the lease's expiry on CLOCK_MONOTONIC
+//	held SLOT NODES HOLD              a Redlock permit's slot, the masters that hold it
+//	                                  right after the grant (indexes, comma-separated),
+//	                                  and its hold token; SLOT -1 when none holds it
 //	write SEQ TOKEN START EXPIRY ok|rejected|err
 //	lost TOKEN                        the lease ended without release (seen by the holder)
 //	releasing TOKEN
@@ -191,6 +197,11 @@ func runWorker(ctx context.Context, b *dsync.Backend, a proc.Args, emit proc.Emi
 	defer closeAcq()
 	resource := Resource(c.Prim, c.Key)
 	fenced := c.Prim == PrimLock || c.Prim == PrimElect
+	var where *masters // a Redlock semaphore's masters, to report each permit's place
+	if c.Prim == PrimSem && c.Nodes != "" {
+		where = newMasters(strings.Split(c.Nodes, ","), c.Key)
+		defer where.close()
+	}
 	seq := 0
 	for n := 0; c.Holds == 0 || n < c.Holds; n++ {
 		if ctx.Err() != nil {
@@ -210,6 +221,9 @@ func runWorker(ctx context.Context, b *dsync.Backend, a proc.Args, emit proc.Emi
 		}
 		tok := strconv.FormatUint(h.Token(), 10)
 		emit("acquired", tok, stamp(monoOf(h.Expires())))
+		if where != nil {
+			where.reportPlace(ctx, h, emit)
+		}
 		var watch sync.WaitGroup
 		watch.Go(func() {
 			<-h.Done()

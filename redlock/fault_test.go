@@ -703,6 +703,45 @@ func TestQuarantineLastsMaxTTL(t *testing.T) {
 	}
 }
 
+// TestQuarantineOfAnotherServer: a node's address that reaches another
+// server, one that was up already when the driver last reached the node's
+// (a moved DNS name or virtual IP, a port another process took), is
+// quarantined for max_ttl from when the driver sees it, however old that
+// server is: the locks the node's server granted may still be valid, and
+// the other one knows none of them. A server restarted at the address
+// keeps the quarantine of its own uptime (TestQuarantineLastsMaxTTL).
+func TestQuarantineOfAnotherServer(t *testing.T) {
+	t.Parallel()
+	servers := agedServers(t, 2, nil)
+	p := faultproxy.Start(t, servers[0].Addr())
+	_, d := openBackend(t, addrURL([]string{p.Addr()}, faultQuery("")))
+	ctx := context.Background()
+	reach := func() {
+		// The first call after a cut may find its pooled connection
+		// broken: the next one connects anew.
+		for range 2 {
+			hctx, cancel := context.WithTimeout(ctx, time.Second)
+			_, _ = d.Holder(hctx, "reach")
+			cancel()
+		}
+	}
+	reach()
+	if err := d.QuarantineCheck(time.Now()); err != nil {
+		t.Fatalf("before the move: %v, want the node voting", err)
+	}
+	if err := p.Redirect(servers[1].Addr()); err != nil {
+		t.Fatal(err)
+	}
+	reach()
+	seen := time.Now()
+	if err := d.QuarantineCheck(seen); !errors.Is(err, redlock.ErrQuarantined) {
+		t.Fatalf("the node's address reaches a server up for longer than max_ttl %v that is not the node's: %v, want it quarantined", faultMaxTTL, err)
+	}
+	if err := d.QuarantineCheck(seen.Add(faultMaxTTL - 100*time.Millisecond)); err == nil {
+		t.Errorf("the other server votes before max_ttl %v has passed since it was seen", faultMaxTTL)
+	}
+}
+
 // TestQuarantineEndsTogether: clients that connect to a fresh node at
 // different moments end its quarantine at the same moment. The driver
 // reads the start from uptime_in_seconds, a count of whole seconds, and

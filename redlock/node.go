@@ -32,10 +32,11 @@ type node struct {
 
 	tel *telemetry.Nodes
 
-	mu    sync.Mutex // protects the fields below
-	runID string     // of the server process last connected to
-	until time.Time  // quarantined before this local time
-	alias error      // matches ErrAlias while that process is another node's
+	mu      sync.Mutex // protects the fields below
+	runID   string     // of the server process last connected to
+	reached time.Time  // when it was last connected to
+	until   time.Time  // quarantined before this local time
+	alias   error      // matches ErrAlias while that process is another node's
 	// back fires at until, to report the end of a quarantine reported
 	// begun (told); closed stops it for good.
 	back   *time.Timer
@@ -84,14 +85,23 @@ func (n *node) onConnect(ctx context.Context, cn *goredis.Conn) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	restarted := n.runID != "" && n.runID != runID
-	n.runID, n.alias = runID, alias
 	// uptime is the time since the start of the second in which the
-	// process started (see parseServerInfo), so it started before
-	// now - uptime + 1s, and its locks from before a restart are all gone
-	// by then + MaxTTL.
+	// process started (see parseServerInfo), so it started at or after
+	// now - uptime, and before now - uptime + 1s; the locks of a process
+	// it replaced by a restart are all gone by then + MaxTTL. A process
+	// that was up already when this node last reached another one is no
+	// restart of that one but another server at the node's address (a
+	// moved DNS name or virtual IP, a port another process took): the
+	// locks the other one granted may live until MaxTTL from now.
+	replaced := restarted && now.Add(-uptime).Before(n.reached)
+	n.runID, n.alias, n.reached = runID, alias, now
 	started := now.Add(-uptime).Add(time.Second)
 	if n.quarantine {
-		if end := started.Add(n.maxTTL); end.After(n.until) {
+		end := started.Add(n.maxTTL)
+		if replaced {
+			end = now.Add(n.maxTTL)
+		}
+		if end.After(n.until) {
 			begun := !n.until.After(now) || restarted
 			n.until = end
 			if end.After(now) {

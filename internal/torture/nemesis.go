@@ -147,7 +147,8 @@ func Blackhole(name string, ps ...*faultproxy.Proxy) Fault {
 	return proxyFault("blackhole", name, (*faultproxy.Proxy).Blackhole, ps)
 }
 
-// Refuse closes proxies' listeners and connections; healing reopens them.
+// Refuse cuts proxies' connections, open and new (see faultproxy.Refuse);
+// healing lets them through again.
 func Refuse(name string, ps ...*faultproxy.Proxy) Fault {
 	return proxyFault("refuse", name, (*faultproxy.Proxy).Refuse, ps)
 }

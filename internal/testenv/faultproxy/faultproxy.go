@@ -102,6 +102,24 @@ func (p *Proxy) Refuse() error {
 		`{"name":"refuse-down","type":"reset_peer","stream":"downstream","attributes":{"timeout":0}}`)
 }
 
+// Redirect cuts every connection and forwards new ones to upstream: the
+// proxy's address now reaches another server, as after a change of DNS
+// record or virtual IP, or a port another process took. The current fault
+// stays. Its port is free for a moment, as in Heal after Blackhole.
+func (p *Proxy) Redirect(upstream string) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return errors.New("faultproxy: closed")
+	}
+	p.p.Stop()
+	p.p.Upstream = upstream
+	if err := p.p.Start(); err != nil {
+		return fmt.Errorf("faultproxy: reopen %s: %w", p.p.Listen, err)
+	}
+	return nil
+}
+
 // Heal removes the current fault: toxics are dropped.
 func (p *Proxy) Heal() error {
 	p.mu.Lock()

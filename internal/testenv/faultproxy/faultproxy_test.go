@@ -148,3 +148,53 @@ func TestFaults(t *testing.T) {
 		t.Fatal("Heal after Close succeeded")
 	}
 }
+
+// nameServer greets every connection with its name, until the test ends.
+func nameServer(t *testing.T, name string) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			_, _ = c.Write([]byte(name + "\n"))
+			_ = c.Close()
+		}
+	})
+	t.Cleanup(func() { _ = l.Close(); wg.Wait() })
+	return l.Addr().String()
+}
+
+// TestRedirect: after Redirect, the proxy's address, the same as before,
+// reaches the other server.
+func TestRedirect(t *testing.T) {
+	p := faultproxy.Start(t, nameServer(t, "a"))
+	greeting := func() string {
+		c := dial(t, p.Addr())
+		_ = c.c.SetDeadline(time.Now().Add(5 * time.Second))
+		line, err := c.r.ReadString('\n')
+		if err != nil {
+			t.Fatalf("through the proxy: %v", err)
+		}
+		return line
+	}
+	if got := greeting(); got != "a\n" {
+		t.Fatalf("before Redirect: greeted %q, want a", got)
+	}
+	addr := p.Addr()
+	if err := p.Redirect(nameServer(t, "b")); err != nil {
+		t.Fatal(err)
+	}
+	if p.Addr() != addr {
+		t.Fatalf("address changed from %s to %s", addr, p.Addr())
+	}
+	if got := greeting(); got != "b\n" {
+		t.Fatalf("after Redirect: greeted %q, want b", got)
+	}
+}

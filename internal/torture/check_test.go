@@ -63,6 +63,16 @@ func TestCheckExclusion(t *testing.T) {
 	), twoMembers)
 	if r := CheckExclusionOf(bad, lockSpec1s()); r.OK() {
 		t.Error("overlapping holds passed")
+	} else if len(r.At) != 1 || r.At[0] != 50*time.Millisecond {
+		t.Errorf("the violation's instants %v, want [50ms]: when the second holder began", r.At)
+	}
+	// A Redlock permit's place ("held") is in the description.
+	placed := BuildHistory(concat(
+		holdEvents(0, 0, 10, "1", 1000, 0, "", "", 100),
+		[]proc.Event{ev(1, 5, "asked"), ev(1, 50, "acquired", "2", msStamp(1050)), ev(1, 51, "held", "0", "2,3,4", "secret")},
+	), twoMembers)
+	if r := CheckExclusionOf(placed, lockSpec1s()); r.OK() || !strings.Contains(r.Violations[0], "b (token 2, slot 0 on masters 2,3,4,") {
+		t.Errorf("a violation by a placed permit: %v, want its slot and masters named", r.Violations)
 	}
 	// A semaphore of 2 admits both.
 	if r := CheckExclusionOf(bad, Spec{Prim: PrimSem, Size: 2}); !r.OK() {

@@ -67,14 +67,15 @@ func pauseMissed(h *Hold, pause Span, lateWrite bool) string {
 
 func ms(d time.Duration) time.Duration { return d.Round(time.Millisecond) }
 
-// othersHoldAll matches the event at which size workers other than w hold
-// at once, as their events tell: proof that w's own hold is gone on the
-// server, for a semaphore of size permits that keeps its bound. It keeps
-// state: give each Await a new one.
-func othersHoldAll(w *Worker, size int) func(proc.Event) bool {
+// holdAtOnce matches the event at which n workers other than except (nil:
+// none) hold at once, as their events tell. With except a frozen holder and
+// n a semaphore's size, it proves except's hold gone on the server, for a
+// semaphore that keeps its bound. It keeps state: give each Await a new
+// one.
+func holdAtOnce(n int, except *Worker) func(proc.Event) bool {
 	holding := map[int]bool{}
 	return func(ev proc.Event) bool {
-		if ev.Worker == w.Index() {
+		if except != nil && ev.Worker == except.Index() {
 			return false
 		}
 		switch ev.Name {
@@ -83,7 +84,7 @@ func othersHoldAll(w *Worker, size int) func(proc.Event) bool {
 		case "lost", "releasing", "released":
 			delete(holding, ev.Worker)
 		}
-		return len(holding) >= size
+		return len(holding) >= n
 	}
 }
 

@@ -55,7 +55,7 @@ func TestSemPausedHolder(t *testing.T) {
 			// The others holding every permit at once proves the frozen
 			// permit gone on the server; the frozen hold's expiry then
 			// has passed too (the server never expires it earlier).
-			mark = e.awaitCount(mark, 1, othersHoldAll(paused, semSize), "every permit held by the others at once")
+			mark = e.awaitCount(mark, 1, holdAtOnce(semSize, paused), "every permit held by the others at once")
 			e.await(mark, func(x proc.Event) bool { return x.At > monoExpiry(t, ev) }, "the frozen permit's expiry")
 			e.heal(in)
 			e.await(mark, Is("released", paused), "the frozen holder's release")
@@ -154,7 +154,7 @@ func partitionedSem(t *testing.T, prim string, pt partition) *Report {
 		// A's holds never meet B's: three at once comes within a few
 		// holds, at the first moment when both hold one slot and C the
 		// other.
-		e.awaitWithin(mark, holdAtOnce(semSize+1), "three holders at once", foreignTimeout)
+		e.awaitWithin(mark, holdAtOnce(semSize+1, nil), "three holders at once", foreignTimeout)
 	} else {
 		e.awaitCount(mark, 3, Is("acquired", nil), "grants")
 	}
@@ -171,21 +171,6 @@ func partitionedSem(t *testing.T, prim string, pt partition) *Report {
 		}
 	}
 	return rep
-}
-
-// holdAtOnce matches the event after which n workers hold at once, by
-// their events.
-func holdAtOnce(n int) func(proc.Event) bool {
-	holding := map[int]bool{}
-	return func(ev proc.Event) bool {
-		switch ev.Name {
-		case "acquired":
-			holding[ev.Worker] = true
-		case "lost", "releasing", "released":
-			delete(holding, ev.Worker)
-		}
-		return len(holding) >= n
-	}
 }
 
 // The partitions of the scenario: each client reaches 3 of the 5 masters.

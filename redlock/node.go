@@ -86,10 +86,10 @@ func (n *node) onConnect(ctx context.Context, cn *goredis.Conn) error {
 	defer n.mu.Unlock()
 	restarted := n.runID != "" && n.runID != runID
 	// uptime is the time since the start of the second in which the
-	// process started (see parseServerInfo), so it started at or after
-	// now - uptime, and before now - uptime + 1s; the locks of a process
-	// it replaced by a restart are all gone by then + MaxTTL. A process
-	// that was up already when this node last reached another one is no
+	// process started (see parseServerInfo), so it started before
+	// now - uptime + 1s, and the locks of a process it replaced by a
+	// restart are all gone by then + MaxTTL. A process that may have been
+	// up already when this node last reached another one is taken for no
 	// restart of that one but another server at the node's address (a
 	// moved DNS name or virtual IP, a port another process took): the
 	// locks the other one granted may live until MaxTTL from now.

@@ -105,7 +105,7 @@ type partition struct {
 // built from slot locks, admits at most 2. A naive majority vote over
 // per-node sets of holders admits all three (no node sees more than 2) in
 // the first partition (A: 0,1,2; B: 2,3,4; C: 0,1,3). Each worker reports
-// where each permit is held ("held"), and the masters are read every 20
+// where each permit is held ("held"), and the masters are read every 50
 // ms, so that a violation names the slots, the masters and what each
 // master held then.
 func partitionedSem(t *testing.T, prim string, pt partition) *Report {
@@ -141,7 +141,7 @@ func partitionedSem(t *testing.T, prim string, pt partition) *Report {
 		c.Nodes = strings.Join(addrs, ",")
 		e.start(1, url, c)
 	}
-	log := WatchMasters(s.addrs(), k, 20*time.Millisecond)
+	log := WatchMasters(s.addrs(), k, 50*time.Millisecond)
 	defer log.Stop()
 	e.ready()
 	mark := e.awaitCount(0, 3, Is("acquired", nil), "grants")

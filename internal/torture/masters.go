@@ -1,6 +1,7 @@
 package torture
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -143,7 +144,7 @@ func (l *MasterLog) Around(h *History, at time.Duration, names map[string]string
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	i, _ := slices.BinarySearchFunc(l.samples, at, func(s masterSample, at time.Duration) int {
-		return int(s.at - at)
+		return cmp.Compare(s.at, at)
 	})
 	var b strings.Builder
 	for _, j := range []int{i - 1, i} {

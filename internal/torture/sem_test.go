@@ -93,11 +93,14 @@ type partition struct {
 	// fault, when set, is injected once grants flow, on the clients'
 	// proxies (ps[client][master]), then healed.
 	fault func(ps [][]*faultproxy.Proxy) Fault
-	// foreign, when set, has client foreign[0] reach a redis-server
-	// outside the five at its address of master foreign[1] (which it
-	// reaches no more): the clients no longer share their masters.
-	foreign []int
+	// foreign, when set, has a client reach a redis-server outside the
+	// five at its address of one master (which it reaches no more): the
+	// clients no longer share their masters.
+	foreign *foreignAt
 }
+
+// foreignAt: client's address of master reaches a server outside the five.
+type foreignAt struct{ client, master int }
 
 // partitionedSem: three clients of a semaphore of size 2 on 5 Redis nodes,
 // each reaching only 3 of them, hold permits for a while, over and over.
@@ -107,8 +110,9 @@ type partition struct {
 // the first partition (A: 0,1,2; B: 2,3,4; C: 0,1,3). Each worker reports
 // where each permit is held ("held"), and the masters are read every 50
 // ms, so that a violation names the slots, the masters and what each
-// master held then.
-func partitionedSem(t *testing.T, prim string, pt partition) *Report {
+// master held then: those views, one per violation described, are logged
+// and returned.
+func partitionedSem(t *testing.T, prim string, pt partition) (*Report, []string) {
 	t.Parallel()
 	s := newSystem(t, "redlock")
 	e := newEnv(t)
@@ -124,7 +128,7 @@ func partitionedSem(t *testing.T, prim string, pt partition) *Report {
 		for i, p := range cps {
 			addrs = append(addrs, p.Addr())
 			switch {
-			case len(pt.foreign) == 2 && pt.foreign[0] == client && pt.foreign[1] == i:
+			case pt.foreign != nil && *pt.foreign == foreignAt{client, i}:
 				if err := p.Refuse(); err != nil {
 					t.Fatal(err)
 				}
@@ -141,8 +145,8 @@ func partitionedSem(t *testing.T, prim string, pt partition) *Report {
 		c.Nodes = strings.Join(addrs, ",")
 		e.start(1, url, c)
 	}
-	log := WatchMasters(s.addrs(), k, 50*time.Millisecond)
-	defer log.Stop()
+	seen := WatchMasters(s.addrs(), k, 50*time.Millisecond)
+	defer seen.Stop()
 	e.ready()
 	mark := e.awaitCount(0, 3, Is("acquired", nil), "grants")
 	if pt.fault != nil {
@@ -150,7 +154,7 @@ func partitionedSem(t *testing.T, prim string, pt partition) *Report {
 		mark = e.awaitCount(mark, 3, Is("acquired", nil), "grants under the fault")
 		e.heal(in)
 	}
-	if len(pt.foreign) == 2 {
+	if pt.foreign != nil {
 		// A's holds never meet B's: three at once comes within a few
 		// holds, at the first moment when both hold one slot and C the
 		// other.
@@ -159,6 +163,7 @@ func partitionedSem(t *testing.T, prim string, pt partition) *Report {
 		e.awaitCount(mark, 3, Is("acquired", nil), "grants")
 	}
 	rep := e.finish(prim, k, Spec{Prim: prim, Size: semSize, TTL: rlMaxTTL, Fencing: prim == PrimSem}, nil)
+	var views []string
 	if r := rep.Result(CheckExclusion); prim == PrimSem && !r.OK() {
 		names := map[string]string{}
 		for _, h := range rep.History.Holds {
@@ -167,10 +172,12 @@ func partitionedSem(t *testing.T, prim string, pt partition) *Report {
 			}
 		}
 		for _, at := range r.At {
-			t.Logf("at the violation at %s:\n%s", rep.History.at(at), log.Around(rep.History, at, names))
+			v := seen.Around(rep.History, at, names)
+			t.Logf("at the violation at %s:\n%s", rep.History.at(at), v)
+			views = append(views, v)
 		}
 	}
-	return rep
+	return rep, views
 }
 
 // The partitions of the scenario: each client reaches 3 of the 5 masters.
@@ -180,13 +187,13 @@ var (
 )
 
 func TestRedlockSemPartitioned(t *testing.T) {
-	rep := partitionedSem(t, PrimSem, partition{reach: partitionABC})
+	rep, _ := partitionedSem(t, PrimSem, partition{reach: partitionABC})
 	wantOK(t, rep)
 }
 
 // TestRedlockSemPartitionedOtherwise: the masters split another way.
 func TestRedlockSemPartitionedOtherwise(t *testing.T) {
-	rep := partitionedSem(t, PrimSem, partition{reach: partitionDEF})
+	rep, _ := partitionedSem(t, PrimSem, partition{reach: partitionDEF})
 	wantOK(t, rep)
 }
 
@@ -195,7 +202,7 @@ func TestRedlockSemPartitionedOtherwise(t *testing.T) {
 // while: its votes land after their rounds were decided (the commands
 // apply on time), so late grants are withdrawn while other rounds go on.
 func TestRedlockSemPartitionedLateReplies(t *testing.T) {
-	rep := partitionedSem(t, PrimSem, partition{reach: partitionABC, fault: func(ps [][]*faultproxy.Proxy) Fault {
+	rep, _ := partitionedSem(t, PrimSem, partition{reach: partitionABC, fault: func(ps [][]*faultproxy.Proxy) Fault {
 		return Latency("master 2's replies", 2*rlNodeTimeout, ps[0][2], ps[1][2], ps[2][2])
 	}})
 	wantOK(t, rep)
@@ -205,7 +212,8 @@ func TestRedlockSemPartitionedLateReplies(t *testing.T) {
 // TestRedlockSemPartitioned: the naive majority semaphore admits three
 // holders of two permits, and the exclusion check says so.
 func TestNaiveSemPartitioned(t *testing.T) {
-	wantViolation(t, partitionedSem(t, PrimNaive, partition{reach: partitionABC}), CheckExclusion)
+	rep, _ := partitionedSem(t, PrimNaive, partition{reach: partitionABC})
+	wantViolation(t, rep, CheckExclusion)
 }
 
 // foreignTimeout bounds TestRedlockSemForeignMaster's wait for three
@@ -222,7 +230,17 @@ const foreignTimeout = time.Minute
 // client counts as a majority, with tokens that may go back (a majority
 // that misses the other's counter). faultproxy.Refuse keeps its port for
 // that reason: the Redlock argument holds for clients that reach the same
-// masters, and only for them.
+// masters, and only for them. It is also the test of the diagnostics: the
+// violation names slots and masters, and the masters' view its holders.
 func TestRedlockSemForeignMaster(t *testing.T) {
-	wantViolation(t, partitionedSem(t, PrimSem, partition{reach: partitionABC, foreign: []int{0, 2}}), CheckExclusion)
+	rep, views := partitionedSem(t, PrimSem, partition{reach: partitionABC, foreign: &foreignAt{0, 2}})
+	r := wantViolation(t, rep, CheckExclusion)
+	// The violation explains itself: each holder's slot and masters, and
+	// what the real masters held then, by holder.
+	if r != nil && !r.OK() && !strings.Contains(r.Violations[0], " on masters ") {
+		t.Errorf("the violation names no slot and masters: %s", r.Violations[0])
+	}
+	if len(views) == 0 || !strings.Contains(views[0], "=w") {
+		t.Errorf("the masters' view at the violation names no holder: %q", views)
+	}
 }

@@ -2,6 +2,7 @@ package redlock_test
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"runtime"
@@ -94,18 +95,11 @@ func TestWorkersExitWhenIdle(t *testing.T) {
 	}
 	d := b.Driver().(*redlock.Driver)
 	ctx := context.Background()
-	req := backends.Request{Key: "idle", TTL: time.Second, Fence: true}
-	// The per-node timeout of a 1s TTL is 50ms: on a loaded machine the
-	// first round, which opens the connections, may not hear a quorum in
-	// time (its requests land later and are withdrawn). Each attempt has
-	// a token of its own, as the lease layer's do.
-	var err error
-	for i := range 10 {
-		req.Token = fmt.Sprintf("t%d", i)
-		if _, err = d.Acquire(ctx, req); !errors.Is(err, redlock.ErrNoQuorum) {
-			break
-		}
-	}
+	// The per-node timeout of a 1s TTL is 50ms: the first round opens the
+	// connections.
+	req, _, _, err := acquireHeard(ctx, d, func() backends.Request {
+		return backends.Request{Key: "idle", Token: rand.Text(), TTL: time.Second, Fence: true}
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -683,6 +683,27 @@ func partitionedHolders(t *testing.T, servers []*redistest.Server, clients []*go
 	return nil
 }
 
+// acquireHeard makes an attempt with a request from next, and another with a
+// new one (a new token, as the lease layer's attempts have) while no quorum
+// answered in time, up to 10: on a loaded machine, a fresh driver's first
+// rounds open its connections within a short per-node timeout. It returns
+// the last request, when its attempt began, and the attempt's outcome.
+func acquireHeard(ctx context.Context, d *redlock.Driver, next func() backends.Request) (backends.Request, time.Time, backends.Grant, error) {
+	var (
+		r     backends.Request
+		start time.Time
+		g     backends.Grant
+		err   error
+	)
+	for range 10 {
+		r, start = next(), time.Now()
+		if g, err = d.Acquire(ctx, r); !errors.Is(err, redlock.ErrNoQuorum) {
+			break
+		}
+	}
+	return r, start, g, err
+}
+
 // partitionTrial is one trial of partitionedHolders: the holders, or why
 // the trial cannot judge.
 func partitionTrial(t *testing.T, servers []*redistest.Server, clients []*goredis.Client, key string, foreign *foreignMaster) (holders []string, late string) {
@@ -705,18 +726,7 @@ func partitionTrial(t *testing.T, servers []*redistest.Server, clients []*goredi
 			}
 		}
 		_, d := openBackend(t, addrURL(addrs, faultQuery("")))
-		var (
-			r     backends.Request
-			g     backends.Grant
-			err   error
-			start time.Time
-		)
-		for range 10 {
-			r, start = semReq(key, 2, faultMaxTTL), time.Now()
-			if g, err = d.Acquire(ctx, r); !errors.Is(err, redlock.ErrNoQuorum) {
-				break
-			}
-		}
+		r, start, g, err := acquireHeard(ctx, d, func() backends.Request { return semReq(key, 2, faultMaxTTL) })
 		switch {
 		case err == nil:
 			holders = append(holders, name)
@@ -747,18 +757,15 @@ func partitionTrial(t *testing.T, servers []*redistest.Server, clients []*goredi
 // had taken the port of a refused proxy). C then has 4 masters, and a
 // majority of them, {0, 1, foreign}, shares no master with B's {2, 3, 4}:
 // C is granted B's slot, and the semaphore of size 2 has 3 holders. With
-// the five masters shared (the first run), C is refused. The Redlock
+// the five masters shared, C is refused (TestNaiveQuorumSemaphoreOverAdmits,
+// the same partition on the same driver). The Redlock
 // argument holds for clients that reach the same masters, and only for
 // them (docs/redlock.md, "Why two holders of one slot cannot be").
 func TestSemaphoreForeignMasterOverAdmits(t *testing.T) {
 	t.Parallel()
 	servers := agedServers(t, 6, nil)
 	masters, outsider := servers[:5], servers[5]
-	clients := nodeClients(t, masters)
-	if holders := partitionedHolders(t, masters, clients, "sem-shared", nil); !slices.Equal(holders, []string{"A", "B"}) {
-		t.Fatalf("with the masters shared, holders %v, want [A B]", holders)
-	}
-	holders := partitionedHolders(t, masters, clients, "sem-foreign", &foreignMaster{"C", 2, outsider.Addr()})
+	holders := partitionedHolders(t, masters, nodeClients(t, masters), "sem-foreign", &foreignMaster{"C", 2, outsider.Addr()})
 	if !slices.Equal(holders, []string{"A", "B", "C"}) {
 		t.Fatalf("negative control: with C's master 2 a server outside the five, holders %v, want [A B C]", holders)
 	}

@@ -108,7 +108,18 @@ func (s *suite) testExtendKeepsHold(t *testing.T) {
 	ctx := testutil.Context(t)
 	key := testutil.UniqueKey(t)
 	ttl := s.h.ShortTTL
-	ls := testutil.MustAcquire(t, ctx, newLocker(t, s.backend(t), key, s.short()))
+	l := newLocker(t, s.backend(t), key, s.short())
+	// A lease whose acquisition took most of its short TTL (a loaded
+	// machine) may run out before the first Extend: that judges nothing
+	// about extension, so such a lease is let go and another one taken.
+	ls := testutil.MustAcquire(t, ctx, l)
+	for try := 1; ls.Validity() < ttl/2; try++ {
+		if try == 5 {
+			t.Fatalf("5 leases of TTL %v in a row came with less than half of it left (%v): the machine is too slow to judge", ttl, ls.Validity())
+		}
+		_ = ls.Release(ctx)
+		ls = testutil.MustAcquire(t, ctx, l)
+	}
 	other := newLocker(t, s.backend(t), key, s.short())
 	start := time.Now()
 	for time.Since(start) < 3*ttl {

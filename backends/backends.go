@@ -22,6 +22,7 @@ package backends
 
 import (
 	"context"
+	"strconv"
 	"time"
 )
 
@@ -60,7 +61,7 @@ type Driver interface {
 	// Acquire that named it gave up. If a released lock was being kept for
 	// waiter, it goes to the next waiter in line. A place left alone lapses
 	// on its own, so Leave is a courtesy that saves the others that wait; a
-	// driver that keeps no line (Capabilities.Ordered false) returns nil
+	// driver that keeps no line (Capabilities.Order is NoOrder) returns nil
 	// with no I/O.
 	Leave(ctx context.Context, key, waiter string) error
 
@@ -125,18 +126,19 @@ type Request struct {
 	// Fence asks for a fencing token. A driver without fencing ignores it;
 	// a driver with fencing may skip the work of drawing one when false.
 	Fence bool
-	// Waiter names the blocking acquisition this attempt belongs to, the
-	// same for all its attempts; empty for a lone attempt (TryAcquire). A
-	// driver that serves waiters in order (Capabilities.Ordered) keeps the
-	// place of a waiter refused a lock for TTL after each attempt, and
-	// keeps a released lock for the live waiter whose name is smallest in
-	// byte order, refusing every other attempt, lone ones included,
-	// meanwhile: for a short hand-over window (Redis, Redlock, memory:
-	// bounded barging) or as long as that waiter's place lives (etcd:
-	// strict order). The layer above starts each name with the time of the
-	// call, so that this order is arrival order (see lease.NewWaiter).
-	// Semaphores (Limit > 1) ignore it. Optional; at most MaxWaiterSize
-	// bytes of [0-9a-z-].
+	// Waiter names the blocking acquisition of a lock that this attempt
+	// belongs to, the same for all its attempts that name one; empty for an
+	// attempt outside any line (TryAcquire, or an Acquire's first attempt).
+	// On a driver that serves waiters in order (Capabilities.Order), an
+	// attempt refused with a Waiter puts the waiter in the key's line, or
+	// keeps its place there, for TTL; a granted one takes it out; the line
+	// lives no longer than its last place. A released lock is kept for the
+	// live waiter whose name is smallest in byte order, the heir, whom the
+	// release notice names (Notice.Heir), and every other attempt, those
+	// without a Waiter included, is refused meanwhile, as Order says. The
+	// layer above starts each name with the time of the Acquire call, so
+	// that byte order is arrival order. Semaphores (Limit > 1) ignore it.
+	// Optional; at most MaxWaiterSize bytes of [0-9a-z-].
 	Waiter string
 }
 
@@ -191,18 +193,86 @@ type Capabilities struct {
 	MaxTTL time.Duration
 	// ReleaseNotices reports whether WatchReleases delivers notices.
 	ReleaseNotices bool
-	// Ordered reports that the driver serves the waiters of a lock in
-	// order across clients (Request.Waiter), and that Leave removes one.
-	Ordered bool
+	// Order is how the driver serves the waiters of a lock across clients
+	// (Request.Waiter), and whether Leave removes one.
+	Order Order
 }
+
+// Order is how a driver serves the waiters of a lock (Request.Waiter). It
+// is one of two contracts, or none.
+type Order int
+
+const (
+	// NoOrder: the driver keeps no line. Attempts race; whoever asks
+	// first after a release takes the lock.
+	NoOrder Order = iota
+	// BoundedBarging: a released lock is kept for its heir (the first live
+	// waiter in its line) for HandOver, and every other attempt is refused
+	// meanwhile. An heir that lets the window lapse (slow, or dead) loses
+	// that turn: the lock is then free for anybody, except that a waiter
+	// in line never takes it while a live waiter is ahead of it (it is
+	// kept for the first of those instead). Redis, Redlock and memory.
+	BoundedBarging
+	// StrictOrder: a released lock goes to the first live waiter in its
+	// line, and to no other attempt as long as that waiter's place lives
+	// (TTL after its last attempt). etcd, whose minimum lease TTL of
+	// seconds rules out a short window.
+	StrictOrder
+)
+
+// String names the order for messages.
+func (o Order) String() string {
+	switch o {
+	case NoOrder:
+		return "none"
+	case BoundedBarging:
+		return "bounded barging"
+	case StrictOrder:
+		return "strict"
+	}
+	return "Order(" + strconv.Itoa(int(o)) + ")"
+}
+
+// HandOver is how long a driver with BoundedBarging keeps a released lock
+// for its heir: many round trips and a notice's delivery, so that the woken
+// heir takes it on a loaded machine too, and short enough that a dead heir
+// costs the others little.
+const HandOver = 200 * time.Millisecond
 
 // Subscription delivers release notices for one key.
 type Subscription interface {
-	// C receives a value after the key is released. Notices are coalesced:
-	// any number of releases since the last receive yield one value.
-	C() <-chan struct{}
+	// C receives a notice after the key is released. Notices are
+	// coalesced: any number of releases since the last receive yield one
+	// notice, the latest.
+	C() <-chan Notice
 	// Close ends the subscription. It is idempotent.
 	Close()
+}
+
+// Notice is a release notice.
+type Notice struct {
+	// Heir is the waiter (Request.Waiter) the released lock is kept for,
+	// whose attempt alone can take it now; empty when the key is free for
+	// any attempt (or the driver does not say).
+	Heir string
+}
+
+// Deliver puts n on c, the buffered(1) channel of a Subscription, in place
+// of a notice not received yet, so that notices coalesce into the latest
+// as Subscription.C promises. It never blocks; of concurrent senders', the
+// notice left is one of theirs.
+func Deliver(c chan Notice, n Notice) {
+	for {
+		select {
+		case c <- n:
+			return
+		default:
+		}
+		select {
+		case <-c:
+		default:
+		}
+	}
 }
 
 // Health is a driver's report on whether it can serve now.

@@ -145,7 +145,7 @@ func New(ctx context.Context, nodes []*goredis.Options, opts *Options) (*Driver,
 		caps: backends.Capabilities{
 			ReleaseNotices: true,
 			Name:           "redlock", MaxLimit: MaxLimit, Fencing: true,
-			TTLResolution: time.Millisecond, MaxTTL: o.MaxTTL, Ordered: true,
+			TTLResolution: time.Millisecond, MaxTTL: o.MaxTTL, Order: backends.BoundedBarging,
 		},
 	}
 	d.won.init()

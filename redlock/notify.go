@@ -9,7 +9,7 @@ import (
 )
 
 // WatchReleases subscribes to release notices on every node and merges
-// them into one coalesced channel, so that a waiter wakes as long as any
+// them into one coalesced channel (the latest notice of any node), so that a waiter wakes as long as any
 // node is up. Each node is subscribed by a goroutine of its own, within the
 // per-node timeout; WatchReleases returns once a quorum of them have sent
 // their SUBSCRIBE (or all have given up, or ctx is done). A release deletes
@@ -29,7 +29,7 @@ func (d *Driver) WatchReleases(ctx context.Context, key string) (backends.Subscr
 		return nil, err
 	}
 	nt, _ := d.timeoutFor(d.maxTTL)
-	s := &mergedSub{c: make(chan struct{}, 1), stop: make(chan struct{})}
+	s := &mergedSub{c: make(chan backends.Notice, 1), stop: make(chan struct{})}
 	subscribed := make(chan bool, len(d.nodes)) // never blocks a sender
 	for _, n := range d.nodes {
 		if !d.spawn(func() { s.forward(d.ctx, n, key, nt, subscribed) }) {
@@ -52,7 +52,7 @@ func (d *Driver) WatchReleases(ctx context.Context, key string) (backends.Subscr
 }
 
 type mergedSub struct {
-	c    chan struct{}
+	c    chan backends.Notice
 	stop chan struct{} // closed by Close
 	once sync.Once
 }
@@ -75,15 +75,12 @@ func (s *mergedSub) forward(ctx context.Context, n *node, key string, nt time.Du
 			return
 		case <-ctx.Done():
 			return
-		case <-sub.C():
-			select {
-			case s.c <- struct{}{}:
-			default:
-			}
+		case n := <-sub.C():
+			backends.Deliver(s.c, n)
 		}
 	}
 }
 
-func (s *mergedSub) C() <-chan struct{} { return s.c }
+func (s *mergedSub) C() <-chan backends.Notice { return s.c }
 
 func (s *mergedSub) Close() { s.once.Do(func() { close(s.stop) }) }

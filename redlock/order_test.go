@@ -191,7 +191,7 @@ func TestSplitRoundKeepsTurn(t *testing.T) {
 		if _, err := n0.Acquire(ctx, redisnode.Target{Key: key}, redisnode.Hold{Token: rb.Token, TTL: rb.TTL, Waiter: b}); err != backends.ErrNotAcquired {
 			t.Fatalf("b on master 0 after a withdrew: %v, want ErrNotAcquired", err)
 		}
-		time.Sleep(redisnode.HandOver + 20*time.Millisecond)
+		time.Sleep(backends.HandOver + 20*time.Millisecond)
 		if _, err := n0.Acquire(ctx, redisnode.Target{Key: key}, redisnode.Hold{Token: rb.Token, TTL: rb.TTL, Waiter: b}); err != nil {
 			t.Fatalf("b on master 0 after a's window: %v", err)
 		}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dsync-dev/dsync"
+	"github.com/dsync-dev/dsync/backends"
 	"github.com/dsync-dev/dsync/internal/testenv/testutil"
 	"github.com/dsync-dev/dsync/locker"
 )
@@ -19,13 +20,13 @@ import (
 // nothing. Waiters wake only on release notices (their retry delay is
 // long), so the order is the driver's, not their timers'.
 //
-// A hand-over that outlives the driver's hand-over window lets any waiter
-// take the lock (bounded barging, allowed), which a loaded machine can
+// Under backends.BoundedBarging, a hand-over that outlives
+// backends.HandOver lets any waiter take the lock (allowed), which a loaded machine can
 // cause: a trial out of order is rerun, up to orderTrials, and the check
 // fails only if none comes out in order. With five waiters a driver that
 // ignored the order would pass one trial by chance once in 120.
 func (s *suite) testServedInOrder(t *testing.T) {
-	if caps := s.backend(t).Driver().Capabilities(); !caps.Ordered {
+	if caps := s.backend(t).Driver().Capabilities(); caps.Order == backends.NoOrder {
 		t.Skipf("the %s driver does not serve waiters in order", caps.Name)
 	}
 	if !s.backend(t).Driver().Capabilities().ReleaseNotices {

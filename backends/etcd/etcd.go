@@ -129,7 +129,7 @@ func newDriver(client *clientv3.Client, opts *Options, owned bool) (*Driver, err
 			TTLResolution:  time.Second,
 			MinTTL:         minTTL,
 			MaxTTL:         maxTTLSeconds * time.Second,
-			Ordered:        true,
+			Order:          backends.StrictOrder,
 		},
 	}
 	d.pool.init()

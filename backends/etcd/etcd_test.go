@@ -102,7 +102,7 @@ func TestCapabilities(t *testing.T) {
 	}
 	defer d.Close()
 	want := backends.Capabilities{Name: "etcd", MaxLimit: etcd.MaxSemaphoreSize, Fencing: true, TTLResolution: time.Second,
-		MinTTL: 2 * time.Second, MaxTTL: 9_000_000_000 * time.Second, ReleaseNotices: true, Ordered: true}
+		MinTTL: 2 * time.Second, MaxTTL: 9_000_000_000 * time.Second, ReleaseNotices: true, Order: backends.StrictOrder}
 	if got := d.Capabilities(); got != want {
 		t.Errorf("Capabilities() = %+v, want %+v", got, want)
 	}

@@ -88,7 +88,7 @@ func TestLineCountKeptAcrossRegistration(t *testing.T) {
 	n.init(nil)
 	w := &keyWatch{n: &n, key: "k", subs: map[*subscription]struct{}{}, start: make(chan int64, 1)}
 	n.watches["k"] = w
-	s := &subscription{w: w, c: make(chan struct{}, 1)}
+	s := &subscription{w: w, c: make(chan backends.Notice, 1)}
 	w.subs[s] = struct{}{}
 	woken := func() bool {
 		select {

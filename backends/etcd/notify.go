@@ -126,7 +126,7 @@ func (n *notifier) watch(k string) (*subscription, error) {
 		n.wg.Add(1)
 		go w.run(ctx)
 	}
-	s := &subscription{w: w, c: make(chan struct{}, 1)}
+	s := &subscription{w: w, c: make(chan backends.Notice, 1)}
 	w.mu.Lock()
 	w.subs[s] = struct{}{}
 	w.mu.Unlock()
@@ -341,15 +341,14 @@ func (w *keyWatch) frees(k string) bool {
 	return ok
 }
 
-// notify sends a notice to every subscription that has none pending.
+// notify sends a notice to every subscription. It names no heir: in
+// strict order the lock goes to the head of the line, whose attempt alone
+// can take it.
 func (w *keyWatch) notify() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for s := range w.subs {
-		select {
-		case s.c <- struct{}{}:
-		default:
-		}
+		backends.Deliver(s.c, backends.Notice{})
 	}
 }
 
@@ -505,7 +504,7 @@ func (n *notifier) close() {
 // subscription is one watcher of one key's releases.
 type subscription struct {
 	w    *keyWatch
-	c    chan struct{} // buffered(1): notices coalesce
+	c    chan backends.Notice // buffered(1): notices coalesce
 	once sync.Once
 }
 
@@ -513,7 +512,7 @@ type subscription struct {
 // semaphore: one of its permits);
 // releases before the last value is received coalesce into it. It is never
 // closed.
-func (s *subscription) C() <-chan struct{} { return s.c }
+func (s *subscription) C() <-chan backends.Notice { return s.c }
 
 // Close ends the subscription; when it was the key's last, it cancels the
 // key's watch and awaits its goroutine, which takes no network round trip.

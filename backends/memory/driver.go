@@ -39,7 +39,7 @@ var caps = backends.Capabilities{
 	MaxLimit:       1 << 20,
 	Fencing:        true,
 	TTLResolution:  time.Millisecond,
-	Ordered:        true,
+	Order:          backends.BoundedBarging,
 }
 
 // New returns a driver on opts.Store (a fresh private store by default).
@@ -77,8 +77,8 @@ func (d *Driver) begin(ctx context.Context) (time.Time, error) {
 //
 // A lock's waiters are served in order (backends.Request.Waiter): a
 // refused waiter keeps its place for req.TTL, and a released lock is kept
-// for the first live waiter for HandOver, refusing every other attempt
-// meanwhile; after that anybody may take it.
+// for the first live waiter for backends.HandOver, refusing every other
+// attempt meanwhile; after that anybody may take it (bounded barging).
 func (d *Driver) Acquire(ctx context.Context, req backends.Request) (backends.Grant, error) {
 	if err := backends.CheckRequest(req, caps); err != nil {
 		return backends.Grant{}, err
@@ -216,7 +216,7 @@ func (d *Driver) Close() error {
 	}
 	d.closed = true
 	for sub := range d.subs {
-		sub.notify()
+		backends.Deliver(sub.c, backends.Notice{})
 		sub.unregister()
 	}
 	return nil

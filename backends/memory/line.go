@@ -2,15 +2,13 @@ package memory
 
 import (
 	"time"
-)
 
-// HandOver is how long a released lock is kept for the first waiter in
-// line before anybody may take it.
-const HandOver = 200 * time.Millisecond
+	"github.com/dsync-dev/dsync/backends"
+)
 
 // line is a lock's waiters in order (backends.Request.Waiter): a refused
 // waiter's place lives for its request's TTL after each attempt, and a
-// release keeps the lock for the first live waiter for HandOver; a free
+// release keeps the lock for the first live waiter for backends.HandOver; a free
 // lock goes to a waiter with a place only when no live waiter is ahead
 // of it (defers). Guarded by Store.mu.
 type line struct {
@@ -87,6 +85,6 @@ func (l *line) handOver(now time.Time) bool {
 		return false
 	}
 	delete(l.places, l.reserved)
-	l.until = now.Add(HandOver)
+	l.until = now.Add(backends.HandOver)
 	return true
 }

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/dsync-dev/dsync/backends"
-	"github.com/dsync-dev/dsync/backends/memory"
 )
 
 // TestLine walks a lock's line on a manual clock: refused waiters keep a
@@ -62,7 +61,7 @@ func TestLine(t *testing.T) {
 	mustGet("b3", "w2") // the lock kept for w3 passed to w2
 
 	release("b3")
-	clk.Advance(memory.HandOver) // nobody waits: free for all at once
+	clk.Advance(backends.HandOver) // nobody waits: free for all at once
 	if _, err := d.Holder(ctx, key); err != backends.ErrNotHeld {
 		t.Fatalf("Holder of a free key: %v, want ErrNotHeld", err)
 	}
@@ -95,7 +94,7 @@ func TestLapsedHeirPassesInLine(t *testing.T) {
 	if err := d.Release(ctx, key, "h"); err != nil { // kept for w1
 		t.Fatal(err)
 	}
-	clk.Advance(memory.HandOver) // w1 never came
+	clk.Advance(backends.HandOver) // w1 never came
 	sub, err := d.WatchReleases(ctx, key)
 	if err != nil {
 		t.Fatal(err)
@@ -124,7 +123,7 @@ func TestLapsedHeirPassesInLine(t *testing.T) {
 	if err := d.Release(ctx, key, "t3b"); err != nil {
 		t.Fatal(err)
 	}
-	clk.Advance(memory.HandOver)
+	clk.Advance(backends.HandOver)
 	if err := try("lone2", ""); err != nil {
 		t.Fatalf("a lone attempt on a free lock: %v", err)
 	}

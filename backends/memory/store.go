@@ -4,6 +4,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/dsync-dev/dsync/backends"
 )
 
 // Store is the state of one in-process "server": the holds of every key, a
@@ -102,10 +104,10 @@ func (s *Store) entry(key string, now time.Time) *entry {
 func (s *Store) expire(key string, e *entry, now time.Time) {
 	n := len(e.holds)
 	e.holds = slices.DeleteFunc(e.holds, func(h hold) bool { return !now.Before(h.expires) })
+	e.line.prune(now)
 	if len(e.holds) < n {
 		e.notify()
 	}
-	e.line.prune(now)
 	s.tidy(key, e)
 }
 
@@ -141,10 +143,12 @@ func (s *Store) sweepLocked(now time.Time) {
 	}
 }
 
-// notify sends one coalesced notice to each of e's watchers.
+// notify sends one coalesced notice to each of e's watchers, naming the
+// waiter the lock is kept for, if any.
 func (e *entry) notify() {
+	n := backends.Notice{Heir: e.line.reserved}
 	for sub := range e.watchers {
-		sub.notify()
+		backends.Deliver(sub.c, n)
 	}
 }
 

@@ -7,7 +7,8 @@ import (
 )
 
 // WatchReleases subscribes to release notices for key: its C receives one
-// coalesced value after each Release of a hold on key, and after holds on key
+// coalesced notice (naming the waiter a released lock is kept for, if any)
+// after each Release of a hold on key, and after holds on key
 // are seen to expire (on access, or when a ManualClock moves). The
 // subscription is active when WatchReleases returns. The caller must Close
 // it; closing the driver closes it too.
@@ -21,7 +22,7 @@ func (d *Driver) WatchReleases(ctx context.Context, key string) (backends.Subscr
 	}
 	s := d.store
 	defer s.mu.Unlock()
-	sub := &subscription{d: d, key: key, c: make(chan struct{}, 1)}
+	sub := &subscription{d: d, key: key, c: make(chan backends.Notice, 1)}
 	e := s.entry(key, now)
 	if e.watchers == nil {
 		e.watchers = map[*subscription]struct{}{}
@@ -35,14 +36,14 @@ func (d *Driver) WatchReleases(ctx context.Context, key string) (backends.Subscr
 type subscription struct {
 	d   *Driver
 	key string
-	c   chan struct{} // buffered(1): a pending notice coalesces later ones
+	c   chan backends.Notice // buffered(1): a later notice replaces a pending one
 
 	closed bool // guarded by Store.mu
 }
 
-// C receives a value after key is released or its holds expire. It is never
-// closed.
-func (sub *subscription) C() <-chan struct{} { return sub.c }
+// C receives a notice after key is released or its holds expire. It is
+// never closed.
+func (sub *subscription) C() <-chan backends.Notice { return sub.c }
 
 // Close unregisters the subscription; no notice is sent after it returns. It
 // is idempotent.
@@ -51,14 +52,6 @@ func (sub *subscription) Close() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sub.unregister()
-}
-
-// notify sends a notice unless one is pending. Store.mu must be held.
-func (sub *subscription) notify() {
-	select {
-	case sub.c <- struct{}{}:
-	default:
-	}
 }
 
 // unregister detaches sub from its key and driver. Store.mu must be held.

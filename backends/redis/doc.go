@@ -23,15 +23,16 @@
 // Semaphores keep no line.
 //
 // What blocks: each method makes one round trip, bounded by its context
-// (two for a lock's refused attempt that is unfenced or a waiter's first:
-// the second asks which limit holds the key, or puts the waiter in line);
+// (two for a lock's refused plain attempt, unfenced and outside the line:
+// the second asks which limit holds the key);
 // a URL-opened client never retries on its own. WatchReleases dials one
 // shared pub/sub connection.
 //
 // Nothing is logged: a client opened from a URL reports through errors
 // only; a client passed to New logs as its application set go-redis.
 //
-// What is left behind: holds and places in line expire on the server;
+// What is left behind: holds, places in line and the line itself expire on
+// the server, a line with its last live waiter's TTL;
 // each Cluster hash slot keeps one fence counter per prefix, forever.
 // Close stops the pub/sub connection and closes a client opened from a URL.
 //

@@ -30,7 +30,7 @@ var capabilities = backends.Capabilities{
 	MaxLimit:       redisnode.MaxSetSize,
 	Fencing:        true,
 	TTLResolution:  time.Millisecond,
-	Ordered:        true,
+	Order:          backends.BoundedBarging,
 }
 
 // Driver is the single-instance Redis driver. It implements backends.Driver
@@ -81,7 +81,8 @@ func newDriver(client goredis.UniversalClient, opts *Options, owned bool) (*Driv
 }
 
 // Capabilities reports locks and semaphores of up to 4096 holders, with
-// fencing, 1 ms TTLs, and a lock's waiters served in order.
+// fencing, 1 ms TTLs, and a lock's waiters served in order with bounded
+// barging.
 func (d *Driver) Capabilities() backends.Capabilities { return capabilities }
 
 // CheckTTL implements backends.Driver: the TTL rules of Capabilities.
@@ -95,11 +96,10 @@ func (d *Driver) CheckTTL(ttl time.Duration) error { return backends.CheckTTL(tt
 // backends.LimitMismatch when the key's live holds have another size (a
 // lock being size 1). Grant.TTL is req.TTL truncated to whole milliseconds.
 //
-// A lock's attempt refused with req.Waiter puts the waiter in the key's
-// line (a script after the SET NX, in the same call); once in line, its
-// attempts go to the script at once, which takes the lock when it is kept
-// for the waiter. A lock released is kept for the first live waiter in
-// line for a hand-over window (see package doc).
+// A lock's attempt with req.Waiter is one script that also keeps the key's
+// line: refused, the waiter joins it; a lock kept for the waiter, it
+// takes. A lock released is kept for the first live waiter in line for
+// backends.HandOver (see package doc).
 func (d *Driver) Acquire(ctx context.Context, req backends.Request) (backends.Grant, error) {
 	if d.closed.Load() {
 		return backends.Grant{}, backends.ErrClosed
@@ -139,9 +139,8 @@ func (d *Driver) Refresh(ctx context.Context, key, token string, ttl time.Durati
 // Release deletes the hold owned by token (a lock's key, or token's member
 // of a semaphore's holders) and publishes a release notice on the key's
 // channel; a lock is kept for the first live waiter in its line, if any,
-// for the hand-over window, and a lock with nobody in its line is
-// released without a notice (nobody waits for it; see
-// redisnode.LineKeep). A hold that expired or belongs to another
+// for backends.HandOver, and a lock with nobody in its line is released
+// without a notice (nobody waits for it). A hold that expired or belongs to another
 // token is reported as ErrNotHeld, and no other hold is touched.
 func (d *Driver) Release(ctx context.Context, key, token string) error {
 	if d.closed.Load() {

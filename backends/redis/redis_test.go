@@ -137,7 +137,7 @@ func TestCapabilities(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.Close()
-	want := backends.Capabilities{Name: "redis", MaxLimit: 1 << 12, Fencing: true, TTLResolution: time.Millisecond, ReleaseNotices: true, Ordered: true}
+	want := backends.Capabilities{Name: "redis", MaxLimit: 1 << 12, Fencing: true, TTLResolution: time.Millisecond, ReleaseNotices: true, Order: backends.BoundedBarging}
 	if got := d.Capabilities(); got != want {
 		t.Errorf("Capabilities() = %+v, want %+v", got, want)
 	}

@@ -95,16 +95,20 @@ func (c *Config) TryAcquire(ctx context.Context) (l *Lease, err error) {
 // waits, so that a release between the first attempt and the subscription
 // is not missed. The subscription belongs to the process's waiting line,
 // and the next waiter to reach its head uses it as it is; when the line
-// ends, it stays for a second, for the process's next Acquire of the key,
-// which then needs neither a subscription nor that second attempt. An
-// uncontended Acquire costs one attempt, no subscription and no backoff.
+// ends, it stays for a second, for the process's next Acquire of the key.
+// An uncontended Acquire costs one attempt, no subscription and no backoff.
 //
-// On a driver that serves waiters in order (backends.Capabilities.Ordered),
-// the attempts of a lock name the call's waiter (NewWaiter, drawn when
-// Acquire is called), so that the backend serves the heads of the
-// processes' lines in the order of their calls; an Acquire that gives up
-// after an attempt leaves the backend's line (Driver.Leave, on a fresh
-// context bounded like a release when ctx is done).
+// On a driver that serves waiters in order (backends.Capabilities.Order),
+// Acquire is the one keeper of its place in the backend's line: its
+// attempts name the call's waiter (NewWaiter, drawn when Acquire is
+// called), so that a refusal puts it in line, but for the first attempt
+// on a key with no subscription kept, which leaves the line alone (the
+// cheaper attempt, when uncontended): refused, it is followed at once by
+// one in line.
+// It wakes only for a release notice that names no heir or its waiter. An
+// Acquire that gives up after an attempt in line leaves the backend's line
+// (Driver.Leave, on a fresh context bounded like a release when ctx is
+// done).
 func (c *Config) Acquire(ctx context.Context, between func(context.Context) error) (l *Lease, err error) {
 	ctx, call := c.tel.Start(ctx, telemetry.Acquire)
 	defer func() { call.Acquired(ctx, l.fenceOrZero(), err) }()
@@ -120,19 +124,26 @@ func (c *Config) Acquire(ctx context.Context, between func(context.Context) erro
 		return nil, c.gaveUp(err, errors.New("waiting behind other waiters of this process"))
 	}
 	defer turn.pass()
-	joined := false // an attempt may have put waiter in the backend's line
+	inLine := false // an attempt named waiter: it may have a place in the backend's line
 	defer func() {
-		if err != nil && joined {
+		if err != nil && inLine {
 			c.leave(ctx, waiter)
 		}
 	}()
-	var wake <-chan struct{}
+	var notices <-chan backends.Notice
 	watched := false
+	// A key whose notices the line already has was contended a moment
+	// ago: the first attempt joins the line too.
+	contended := waiter != "" && turn.subscribed()
 	var prev error      // the last attempt that ran its course
 	var b retry.Backoff // started at the first wait
 	for {
+		var named string // the waiter this attempt names
+		if inLine || prev != nil || contended {
+			named = waiter
+		}
 		call.Attempting()
-		l, err := c.attempt(ctx, waiter)
+		l, err := c.attempt(ctx, named)
 		call.Attempted(err)
 		if err == nil {
 			return c.started(l, nil)
@@ -140,12 +151,13 @@ func (c *Config) Acquire(ctx context.Context, between func(context.Context) erro
 		if final(err) {
 			return nil, err
 		}
-		joined = waiter != ""
+		inLine = inLine || named != ""
 		if ctx.Err() != nil {
 			// An attempt cut short by ctx tells less (no quorum, say)
 			// than the one before it.
 			return nil, c.gaveUp(ctx.Err(), cmp.Or(prev, err))
 		}
+		firstRefusal := prev == nil
 		prev = err
 		if between != nil && errors.Is(err, dsync.ErrNotAcquired) {
 			if herr := between(ctx); herr != nil {
@@ -155,11 +167,14 @@ func (c *Config) Acquire(ctx context.Context, between func(context.Context) erro
 		if !watched {
 			watched = true
 			if sub, fresh, serr := turn.watch(ctx, c.Driver); serr == nil {
-				wake = sub.C()
+				notices = sub.C()
 				if fresh {
 					continue // attempt again now that no release can slip by
 				}
 			}
+		}
+		if firstRefusal && named == "" && waiter != "" && err == dsync.ErrNotAcquired {
+			continue // attempt again at once, in line
 		}
 		if b == nil {
 			b = c.Retry.Start()
@@ -168,8 +183,29 @@ func (c *Config) Acquire(ctx context.Context, between func(context.Context) erro
 		if !ok {
 			return nil, c.gaveUp(errors.New("the retry policy gave up"), err)
 		}
-		if werr := retry.Wait(ctx, d, wake); werr != nil {
+		if werr := waitNotice(ctx, d, notices, waiter); werr != nil {
 			return nil, c.gaveUp(werr, err)
+		}
+	}
+}
+
+// waitNotice waits for d, or until a release notice for waiter (one that
+// names no heir, or waiter) arrives on notices, or ctx ends (its error).
+// A notice naming another heir is no reason to wake: that heir alone can
+// take the lock now.
+func waitNotice(ctx context.Context, d time.Duration, notices <-chan backends.Notice, waiter string) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			return nil
+		case n := <-notices:
+			if n.Heir == "" || n.Heir == waiter {
+				return nil
+			}
+		case <-ctx.Done():
+			return ctx.Err()
 		}
 	}
 }

@@ -119,6 +119,15 @@ func (t turn) watch(ctx context.Context, d backends.Driver) (sub backends.Subscr
 	return sub, true, nil
 }
 
+// subscribed reports whether the line has the key's release notices
+// already: kept from the process's last Acquire of the key, which met
+// contention.
+func (t turn) subscribed() bool {
+	t.ls.mu.Lock()
+	defer t.ls.mu.Unlock()
+	return t.ls.m[t.key].sub != nil
+}
+
 // pass hands the head of the line to the next waiter, or frees the line
 // and keeps its subscription for the process's next Acquire of the key
 // (see linger.go).

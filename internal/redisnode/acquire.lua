@@ -12,17 +12,13 @@
 -- ARGV[4]  "1" to draw a fencing token, "0" not to
 -- ARGV[5]  the seed step of a missing counter, in microseconds (see
 --          fence.lua)
--- ARGV[6]  the waiter making the attempt, "" or absent for none (a
---          lock's only): refused, it joins the line (see line.lua);
---          granted, it leaves it; a lock kept for it, it takes
--- ARGV[7]  with a waiter, "1" when it may have a place in the line
---          already (an earlier attempt of its was refused here), "0"
---          when it has none: then a free lock is its, as anybody's
+-- ARGV[6]  the waiter making the attempt, absent for none (a lock's
+--          only): refused, it joins the line (see line.lua); granted, it
+--          leaves it; a lock kept for it, it takes
 --
--- A free lock that a waiter with a place would take goes to the first live
--- waiter ahead of it, if any, for the hand-over window, as after a release
--- (the heir of the last release let its window lapse); the waiter stays in
--- line.
+-- A free lock that a waiter would take goes to the first live waiter ahead
+-- of it, if any, for the hand-over window, as after a release (the heir of
+-- the last release let its window lapse); the waiter stays in line.
 --
 -- Returns -M when K is held with another limit M; 0 when the hold is
 -- taken (or kept for another waiter); otherwise the new fence counter when
@@ -37,7 +33,7 @@ if held and held ~= limit then
 	return -held
 end
 if redis.call("SET", KEYS[1], ARGV[1], "NX", "PX", ARGV[2]) then
-	if w ~= "" and not slot and ARGV[7] == "1" then
+	if w ~= "" and not slot then
 		local heir = line_hand(KEYS[2], w)
 		if heir then
 			line_join(KEYS[2], w, tonumber(ARGV[2]))

@@ -12,16 +12,16 @@
 -- otherwise it is kept for the first of those (see acquire.lua).
 
 -- line_join puts waiter w in the line of the lock own, or keeps its place
--- there, for ttl ms; the line lives at least as long, and at least
--- line_keep_ms (LineKeep in line.go, defined in front of this file): a
--- release tells waiters only while the line has someone in it.
+-- there, for ttl ms; the line lives as long as its longest-lived place,
+-- and no longer: a release tells waiters only while the line has someone
+-- in it, and a line outlives its last live waiter by that waiter's TTL at
+-- most.
 local function line_join(own, w, ttl)
 	local line = own .. ":line"
 	redis.call("ZADD", line, "NX", 0, w)
 	redis.call("SET", own .. ":w:" .. w, "1", "PX", ttl)
-	local keep = math.max(ttl, line_keep_ms)
-	if redis.call("PTTL", line) < keep then
-		redis.call("PEXPIRE", line, keep)
+	if redis.call("PTTL", line) < ttl then
+		redis.call("PEXPIRE", line, ttl)
 	end
 end
 
@@ -34,7 +34,7 @@ end
 
 -- line_hand keeps the free lock own for the first live waiter in its line
 -- (or, given before, the first ahead of that name), for hand_over_ms (the
--- hand-over window, HandOver in line.go, defined in front of this file), after
+-- hand-over window, backends.HandOver, defined in front of this file), after
 -- dropping the dead ones before it (at most 16 a call), and returns that
 -- waiter, or nil. The waiter's liveness is cut to the window: one that
 -- lets it lapse (slow, or dead) counts again only from its next attempt,

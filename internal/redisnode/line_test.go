@@ -34,8 +34,8 @@ func TestReservationOnOneNode(t *testing.T) {
 	if v := c.Get(ctx, "dsync:{k}").Val(); v != "\r"+w {
 		t.Fatalf("the released lock holds %q, want the reservation for %s", v, w)
 	}
-	if ttl := c.PTTL(ctx, "dsync:{k}").Val(); ttl <= 0 || ttl > redisnode.HandOver {
-		t.Errorf("the reservation lives %v, want at most the hand-over window %v", ttl, redisnode.HandOver)
+	if ttl := c.PTTL(ctx, "dsync:{k}").Val(); ttl <= 0 || ttl > backends.HandOver {
+		t.Errorf("the reservation lives %v, want at most the hand-over window %v", ttl, backends.HandOver)
 	}
 	if _, err := d.Holder(ctx, "k"); !errors.Is(err, backends.ErrNotHeld) {
 		t.Errorf("Holder of a reservation: %v, want ErrNotHeld", err)
@@ -61,12 +61,12 @@ func TestReservationOnOneNode(t *testing.T) {
 	}
 }
 
-// TestWaiterCallsByPlace: a waiter's attempt with no place in line leaves
-// the line alone, fenced or not, in one call; refused, a second call puts
-// it in line; with its place, one call again. An attempt with no waiter,
-// refused, takes one call fenced (the script looks at the limit) and two
-// unfenced (SET NX, then the limit), as the package doc says.
-func TestWaiterCallsByPlace(t *testing.T) {
+// TestOneCallPerAttempt: a waiter's attempt is one call, whether the lock
+// is free, held, or held with the waiter in line, fenced or not, and it
+// puts the waiter in line when refused. An attempt with no waiter, refused,
+// takes one call fenced (the script looks at the limit) and two unfenced
+// (SET NX, then the limit), as the package doc says.
+func TestOneCallPerAttempt(t *testing.T) {
 	d, c, ctx := slotDriver(t)
 	// The commands the node sends, once the connection's handshake is done.
 	if err := c.Ping(ctx).Err(); err != nil {
@@ -83,24 +83,19 @@ func TestWaiterCallsByPlace(t *testing.T) {
 			t.Fatal(err)
 		}
 		if n := calls() - before; n != 1 {
-			t.Errorf("fence %v: a free lock took %d calls, want 1", fence, n)
+			t.Errorf("fence %v: a waiter on a free lock took %d calls, want 1", fence, n)
 		}
-		before = calls()
-		if _, err := d.Acquire(ctx, lock, redisnode.Hold{Token: "t-w", TTL: time.Minute, Fence: fence, Waiter: w}); err != backends.ErrNotAcquired {
-			t.Fatalf("fence %v: waiter on a held lock: %v", fence, err)
-		}
-		if n := calls() - before; n != 2 {
-			t.Errorf("fence %v: a new waiter's refused attempt took %d calls, want 2", fence, n)
-		}
-		if c.ZScore(ctx, "dsync:{k}:line", w).Err() != nil {
-			t.Fatalf("fence %v: the refused waiter is not in line", fence)
-		}
-		before = calls()
-		if _, err := d.Acquire(ctx, lock, redisnode.Hold{Token: "t-w", TTL: time.Minute, Fence: fence, Waiter: w}); err != backends.ErrNotAcquired {
-			t.Fatalf("fence %v: waiter in line on a held lock: %v", fence, err)
-		}
-		if n := calls() - before; n != 1 {
-			t.Errorf("fence %v: the attempt of a waiter in line took %d calls, want 1", fence, n)
+		for _, what := range []string{"a new waiter", "a waiter in line"} {
+			before = calls()
+			if _, err := d.Acquire(ctx, lock, redisnode.Hold{Token: "t-w", TTL: time.Minute, Fence: fence, Waiter: w}); err != backends.ErrNotAcquired {
+				t.Fatalf("fence %v: %s on a held lock: %v", fence, what, err)
+			}
+			if n := calls() - before; n != 1 {
+				t.Errorf("fence %v: %s's refused attempt took %d calls, want 1", fence, what, n)
+			}
+			if c.ZScore(ctx, "dsync:{k}:line", w).Err() != nil {
+				t.Fatalf("fence %v: %s, refused, is not in line", fence, what)
+			}
 		}
 		before = calls()
 		if _, err := d.Acquire(ctx, lock, redisnode.Hold{Token: "t-x", TTL: time.Minute, Fence: fence}); err != backends.ErrNotAcquired {
@@ -142,24 +137,30 @@ func (countHook) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.P
 	return next
 }
 
-// TestLineOutlivesItsWaiter: a line lasts LineKeep after a waiter joined
-// it, not just the waiter's TTL, so that a release after the waiter's
-// place lapsed (a waiter sleeping longer than its TTL) still tells it.
-func TestLineOutlivesItsWaiter(t *testing.T) {
+// TestLineLapsesWithItsWaiters: a line lives as long as its longest-lived
+// place and no longer: after its waiters stop attempting, nothing of it is
+// left once their TTLs pass, and the release that comes after publishes
+// no notice (nobody waits) and leaves no key behind.
+func TestLineLapsesWithItsWaiters(t *testing.T) {
 	d, c, ctx := slotDriver(t)
 	lock := redisnode.Target{Key: "k"}
 	if _, err := d.Acquire(ctx, lock, redisnode.Hold{Token: "holder", TTL: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
-	const w = "0000000000000001-w"
-	if _, err := d.Acquire(ctx, lock, redisnode.Hold{Token: "t-w", TTL: 50 * time.Millisecond, Waiter: w}); err != backends.ErrNotAcquired {
-		t.Fatalf("waiter on a held lock: %v", err)
+	waiters := []struct {
+		name string
+		ttl  time.Duration
+	}{{"0000000000000001-w", 300 * time.Millisecond}, {"0000000000000002-w", 100 * time.Millisecond}}
+	for _, w := range waiters {
+		if _, err := d.Acquire(ctx, lock, redisnode.Hold{Token: "t-" + w.name, TTL: w.ttl, Waiter: w.name}); err != backends.ErrNotAcquired {
+			t.Fatalf("waiter on a held lock: %v", err)
+		}
 	}
-	if ttl := c.PTTL(ctx, "dsync:{k}:line").Val(); ttl < redisnode.LineKeep-time.Minute {
-		t.Errorf("the line lives %v after a waiter with a TTL of 50ms joined, want about %v", ttl, redisnode.LineKeep)
+	if ttl := c.PTTL(ctx, "dsync:{k}:line").Val(); ttl <= 100*time.Millisecond || ttl > 300*time.Millisecond {
+		t.Errorf("the line lives %v, want the longest TTL of its places, 300ms", ttl)
 	}
-	testutil.Eventually(t, 5*time.Second, "the waiter's place to lapse", func() bool {
-		return c.Exists(ctx, "dsync:{k}:w:"+w).Val() == 0
+	testutil.Eventually(t, 5*time.Second, "the line to lapse with its places", func() bool {
+		return c.Exists(ctx, "dsync:{k}:line", "dsync:{k}:w:"+waiters[0].name, "dsync:{k}:w:"+waiters[1].name).Val() == 0
 	})
 	ps := c.Subscribe(ctx, "dsync:{k}:released")
 	defer ps.Close()
@@ -169,11 +170,19 @@ func TestLineOutlivesItsWaiter(t *testing.T) {
 	if err := d.Release(ctx, lock, "holder", true); err != nil {
 		t.Fatal(err)
 	}
-	m, err := ps.ReceiveMessage(ctx)
-	if err != nil || m.Payload != "released" {
-		t.Fatalf("notice after the release: %v, %v; want \"released\"", m, err)
+	if keys := c.Keys(ctx, "dsync:{k}*").Val(); len(keys) != 0 {
+		t.Errorf("keys left after the release: %q, want none", keys)
 	}
-	if n := c.Exists(ctx, "dsync:{k}", "dsync:{k}:line").Val(); n != 0 {
-		t.Errorf("%d keys left: the lapsed place should leave the line with that release, and the lock be free", n)
+	// A notice after the release would come before the answer to a PING on
+	// the same connection.
+	if err := ps.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
+	m, err := ps.Receive(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, pong := m.(*goredis.Pong); !pong {
+		t.Errorf("after the line lapsed, the release sent %v, want no notice", m)
 	}
 }

@@ -4,8 +4,7 @@
 // the scripts are in docs/redis.md and docs/redlock.md.
 //
 // A Node makes one attempt per call and returns the client's errors as
-// they are; it keeps no state but its client, its key prefix and a hint
-// of which waiters it put in a line (see waiting), and checks the shape of
+// they are; it keeps no state but its client and its key prefix, and checks the shape of
 // keys and tokens, not the caller's policy (TTL bounds, limits, closed
 // drivers).
 package redisnode
@@ -42,7 +41,6 @@ type Node struct {
 	client  goredis.UniversalClient
 	prefix  string
 	cluster bool // client is a *goredis.ClusterClient: keys must not start with "}"
-	waiting waiting
 }
 
 // New returns a Node over client whose keys start with prefix

@@ -55,7 +55,7 @@ func (n *Notifier) Watch(ctx context.Context, key string) (backends.Subscription
 	if err != nil {
 		return nil, err
 	}
-	s := &subscription{n: n, key: key, channel: channel, c: make(chan struct{}, 1)}
+	s := &subscription{n: n, channel: channel, c: make(chan backends.Notice, 1)}
 
 	n.subMu.Lock()
 	defer n.subMu.Unlock()
@@ -114,25 +114,19 @@ func (n *Notifier) Watch(ctx context.Context, key string) (backends.Subscription
 	return s, nil
 }
 
-// dispatch hands each release message to the watchers of its channel,
-// without blocking: a watcher that has not taken the last notice yet has
-// nothing to gain from a second one. A lock kept for a waiter (the
-// message names it, see line.lua) wakes the watchers of its key only
-// where that waiter was put in line from this node: nobody else can take
-// the lock meanwhile, and a crowd of refused attempts would only slow
-// the hand-over down.
+// dispatch hands each release message to the watchers of its channel as
+// a notice naming the heir, if any (see line.lua), without blocking: a
+// watcher that has not taken the last notice yet gets this one instead.
 func (n *Notifier) dispatch(msgs <-chan *goredis.Message) {
 	defer n.wg.Done()
 	for m := range msgs {
+		var notice backends.Notice
+		if m.Payload != releasedNotice {
+			notice.Heir = m.Payload
+		}
 		n.mu.Lock()
 		for s := range n.watchers[m.Channel] {
-			if m.Payload != releasedNotice && !n.node.waiting.has(s.key, m.Payload) {
-				continue
-			}
-			select {
-			case s.c <- struct{}{}:
-			default:
-			}
+			backends.Deliver(s.c, notice)
 		}
 		n.mu.Unlock()
 	}
@@ -190,15 +184,14 @@ func (n *Notifier) Close() {
 // subscription is one watcher of one key's release channel.
 type subscription struct {
 	n       *Notifier
-	key     string
 	channel string
-	c       chan struct{} // buffered(1): notices coalesce
+	c       chan backends.Notice // buffered(1): notices coalesce
 	once    sync.Once
 }
 
-// C receives a value after the key is released; releases that happen before
-// the last value is received coalesce into it. It is never closed.
-func (s *subscription) C() <-chan struct{} { return s.c }
+// C receives a notice after the key is released; releases that happen
+// before the last notice is received coalesce into it. It is never closed.
+func (s *subscription) C() <-chan backends.Notice { return s.c }
 
 // Close ends the subscription, unsubscribing the channel on the server when
 // it was the key's last watcher (which may take one bounded round trip). It

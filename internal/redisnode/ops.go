@@ -47,11 +47,18 @@ func flag(b bool) string {
 	return "0"
 }
 
-// Acquire makes one attempt to hold t. It returns the drawn fence counter
-// (0 unless h.Fence), ErrNotAcquired when t is held (or a lock is kept for
-// another waiter), or a *LimitError when the key is held with another
-// limit. Any other error leaves the outcome unknown: Release the target to
-// be sure.
+// Acquire makes one attempt to hold t, in one round trip. It returns the
+// drawn fence counter (0 unless h.Fence), ErrNotAcquired when t is held (or
+// a lock is kept for another waiter), or a *LimitError when the key is
+// held with another limit. Any other error leaves the outcome unknown:
+// Release the target to be sure.
+//
+// A lock's attempt with a waiter runs acquire.lua with the line's helpers:
+// refused, the waiter joins the line; a lock kept for it, it takes; a free
+// lock with a live waiter ahead of it goes to that waiter. Any other
+// attempt leaves the line alone: without a fence to draw or a marker to
+// keep, it is a plain SET NX PX, several times cheaper for Redis than a
+// script, and its refusal is looked into (see refusal).
 func (n *Node) Acquire(ctx context.Context, t Target, h Hold) (uint64, error) {
 	hold, own, err := n.keys(t)
 	if err != nil {
@@ -60,48 +67,20 @@ func (n *Node) Acquire(ctx context.Context, t Target, h Hold) (uint64, error) {
 	if err := checkToken(h.Token); err != nil {
 		return 0, err
 	}
-	if hold != own {
-		h.Waiter = ""
-	}
-	known := n.waiting.has(t.Key, h.Waiter)
-	if !known {
-		fence, err := n.acquireAlone(ctx, t, h, hold, own)
-		if h.Waiter == "" || err != backends.ErrNotAcquired {
-			return fence, err
-		}
-		// Refused: the line script attempts again and puts the waiter in
-		// line, or takes a lock kept for it. Before it: a release that
-		// keeps the lock for the waiter may notify it (see Notifier)
-		// before the script's reply is read.
-		n.waiting.add(t.Key, h.Waiter)
-	}
 	keys, args := n.acquireArgs(t, h, hold, own)
-	r, err := lineAcquireScript.Run(ctx, n.client, keys, append(args, h.Waiter, flag(known))...).Int64()
-	if err == nil && r != 0 {
-		n.waiting.done(t.Key, h.Waiter)
-	}
-	return verdict(t.Key, t.limit(), h.Fence, r, err)
-}
-
-// acquireAlone is Acquire's attempt for a waiter with no place in line (or
-// none at all): it leaves the line alone, and needs neither line.lua nor a
-// waiter's name. Without a fence to draw or a marker to keep, it is a
-// plain SET NX PX, several times cheaper for Redis than a script. A
-// refusal is the bare ErrNotAcquired; a lock's is looked into (see
-// refusal) only when no waiter will attempt again at once.
-func (n *Node) acquireAlone(ctx context.Context, t Target, h Hold, hold, own string) (uint64, error) {
-	if hold == own && !h.Fence {
-		err := n.client.SetArgs(ctx, hold, h.value(), goredis.SetArgs{Mode: "NX", TTL: h.TTL.Truncate(time.Millisecond)}).Err()
+	var r int64
+	switch {
+	case h.Waiter != "" && hold == own:
+		r, err = lineAcquireScript.Run(ctx, n.client, keys, append(args, h.Waiter)...).Int64()
+	case hold == own && !h.Fence:
+		err = n.client.SetArgs(ctx, hold, h.value(), goredis.SetArgs{Mode: "NX", TTL: h.TTL.Truncate(time.Millisecond)}).Err()
 		if errors.Is(err, goredis.Nil) {
-			if h.Waiter == "" {
-				return 0, n.refusal(ctx, t, own)
-			}
-			return 0, backends.ErrNotAcquired
+			return 0, n.refusal(ctx, t, own)
 		}
 		return 0, err
+	default:
+		r, err = acquireScript.Run(ctx, n.client, keys, args...).Int64()
 	}
-	keys, args := n.acquireArgs(t, h, hold, own)
-	r, err := acquireScript.Run(ctx, n.client, keys, args...).Int64()
 	return verdict(t.Key, t.limit(), h.Fence, r, err)
 }
 
@@ -166,7 +145,7 @@ func (n *Node) Refresh(ctx context.Context, t Target, token string, ttl time.Dur
 // notice on the key's channel when notify is set (an attempt that failed
 // is withdrawn without one, unless the lock is handed on: it released
 // nothing anybody waited for). A lock is then kept for the first live
-// waiter in its line, for HandOver. A hold that expired or belongs to
+// waiter in its line, for backends.HandOver. A hold that expired or belongs to
 // another token is ErrNotHeld.
 func (n *Node) Release(ctx context.Context, t Target, token string, notify bool) error {
 	return n.run(ctx, releaseScript, t, token, flag(notify))
@@ -183,11 +162,7 @@ func (n *Node) Withdraw(ctx context.Context, t Target, h Hold) error {
 	if h.Waiter == "" {
 		return n.run(ctx, releaseScript, t, h.Token, "0")
 	}
-	err := n.run(ctx, releaseScript, t, h.Token, "0", h.Waiter, h.TTL.Milliseconds())
-	if err == nil {
-		n.waiting.add(t.Key, h.Waiter)
-	}
-	return err
+	return n.run(ctx, releaseScript, t, h.Token, "0", h.Waiter, h.TTL.Milliseconds())
 }
 
 // run runs release.lua or refresh.lua on t: 1 done, 0 ErrNotHeld.

@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/dsync-dev/dsync/backends"
 )
 
 // Each script is one Lua file after the helpers it calls (fence.lua,
@@ -41,14 +43,13 @@ var (
 	//go:embed leave.lua
 	leaveSrc string
 
-	// lineLib is line.lua after its constants: the hand-over window and
-	// how long a line lasts.
-	lineLib = fmt.Sprintf("local hand_over_ms = %d\nlocal line_keep_ms = %d\n", HandOver.Milliseconds(), LineKeep.Milliseconds()) + lineSrc
+	// lineLib is line.lua after its constant, the hand-over window.
+	lineLib = fmt.Sprintf("local hand_over_ms = %d\n", backends.HandOver.Milliseconds()) + lineSrc
 
 	// acquireScript makes an attempt that leaves the line alone (no waiter,
 	// ARGV[6] absent): acquire.lua calls line.lua's helpers only for a
-	// waiter, and that attempt is the uncontended one, so it runs without
-	// them. lineAcquireScript makes a waiter's attempt.
+	// waiter, so it runs without them. lineAcquireScript makes a waiter's
+	// attempt.
 	acquireScript     = goredis.NewScript(fenceSrc + holdSrc + acquireSrc)
 	lineAcquireScript = goredis.NewScript(fenceSrc + holdSrc + lineLib + acquireSrc)
 	semAcquireScript  = goredis.NewScript(fenceSrc + semCommonSrc + semAcquireSrc)

@@ -5,10 +5,11 @@
 // docs/observability.md lists what is recorded.
 //
 // It uses the OpenTelemetry API only: the application installs the SDK,
-// globally or per backend. Until it does, every hook costs a few clock
-// reads and no allocation, and no span is started (a tracer provider that
-// is the global default or a noop one is recognised and skipped). Nothing
-// is logged without a logger. No hook logs or records a hold token or a
+// globally or per backend. Until it does, nothing is recorded: a span
+// start through the global provider returns a span that records nothing,
+// and the hooks skip their work on it. With the noop providers
+// (go.opentelemetry.io/otel/trace/noop, metric/noop) no span is started
+// and the hooks allocate nothing. Nothing is logged without a logger. No hook logs or records a hold token or a
 // password; key names become attributes only with KeyAttributes.
 //
 // Every hook is safe for concurrent use and never blocks but on the
@@ -19,7 +20,6 @@ package telemetry
 import (
 	"context"
 	"log/slog"
-	"reflect"
 	"sync"
 
 	"go.opentelemetry.io/otel"
@@ -73,9 +73,7 @@ type T struct {
 	keys    bool
 	log     *slog.Logger // nil: nothing logged
 	tracer  trace.Tracer
-	// tracing: 1 always, 0 never (a noop provider), -1 when the provider
-	// is the global default, which does nothing until SetTracerProvider.
-	tracing int
+	noop    bool // the tracer provider is the noop package's: no spans
 
 	acquireDuration metric.Float64Histogram
 	acquireWait     metric.Float64Histogram
@@ -110,14 +108,7 @@ func New(backend string, s Settings) (*T, error) {
 		tp = otel.GetTracerProvider()
 	}
 	t.tracer = tp.Tracer(ScopeName)
-	switch {
-	case isNoopTracing(tp):
-		t.tracing = 0
-	case isGlobalDefault(tp):
-		t.tracing = -1
-	default:
-		t.tracing = 1
-	}
+	_, t.noop = tp.(tracenoop.TracerProvider)
 	mp := s.MeterProvider
 	if mp == nil {
 		mp = otelMeterProvider()
@@ -246,35 +237,17 @@ func Of(b interface {
 	return b.State(StateKey{}, func() any { return Nop() }).(*T)
 }
 
-// startSpan starts a span named name under ctx when tracing is on; it
-// returns ctx and nil otherwise, having allocated nothing.
+// startSpan starts a span named name under ctx, and returns the span
+// only if it records: nil tells the hooks that there is nothing to write
+// on it (no SDK installed, or the span was not sampled). With a noop
+// provider it starts none and returns ctx.
 func (t *T) startSpan(ctx context.Context, name string, opts []trace.SpanStartOption) (context.Context, trace.Span) {
-	switch t.tracing {
-	case 0:
+	if t.noop {
 		return ctx, nil
-	case -1:
-		if isGlobalDefault(otel.GetTracerProvider()) {
-			return ctx, nil
-		}
 	}
-	return t.tracer.Start(ctx, name, opts...)
-}
-
-// isNoopTracing reports a tracer provider that never records: the noop
-// package's.
-func isNoopTracing(tp trace.TracerProvider) bool {
-	_, ok := tp.(tracenoop.TracerProvider)
-	return ok
-}
-
-// globalPkg is the package of the global providers' default, which does
-// nothing until the application sets a provider.
-const globalPkg = "go.opentelemetry.io/otel/internal/global"
-
-// isGlobalDefault reports the global tracer provider that no SDK has
-// replaced yet (otel.GetTracerProvider before otel.SetTracerProvider). It
-// allocates nothing.
-func isGlobalDefault(tp trace.TracerProvider) bool {
-	rt := reflect.TypeOf(tp)
-	return rt != nil && rt.Kind() == reflect.Pointer && rt.Elem().PkgPath() == globalPkg
+	ctx, span := t.tracer.Start(ctx, name, opts...)
+	if !span.IsRecording() {
+		return ctx, nil
+	}
+	return ctx, span
 }

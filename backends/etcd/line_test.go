@@ -46,13 +46,6 @@ func line(t *testing.T, ctx context.Context, d *etcd.Driver, cli *clientv3.Clien
 	return keys
 }
 
-func wantRefused(t *testing.T, ctx context.Context, d backends.Driver, r backends.Request) {
-	t.Helper()
-	if _, err := d.Acquire(ctx, r); err != backends.ErrNotAcquired {
-		t.Fatalf("Acquire(waiter %q) = %v, want the bare ErrNotAcquired", r.Waiter, err)
-	}
-}
-
 // TestLineOrder: waiters on separate drivers are served in the order of
 // their names, whatever the order of their attempts, with strictly
 // increasing fencing tokens; a non-head waiter's attempt writes nothing.
@@ -69,7 +62,7 @@ func TestLineOrder(t *testing.T) {
 
 	last := testutil.MustGrant(t, ctx, holder, req(key, "h", ttl)).Fence
 	for _, i := range []int{2, 0, 1} { // they join out of order
-		wantRefused(t, ctx, ds[i], reqs[i])
+		testutil.WantNotAcquired(t, ctx, ds[i], reqs[i])
 	}
 	if got, want := line(t, ctx, holder, cli, key), []string{reqs[0].Waiter, reqs[1].Waiter, reqs[2].Waiter}; !slices.Equal(got, want) {
 		t.Fatalf("line %q, want %q", got, want)
@@ -79,7 +72,7 @@ func TestLineOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantRefused(t, ctx, ds[1], reqs[1])
+	testutil.WantNotAcquired(t, ctx, ds[1], reqs[1])
 	if after, err := cli.Get(ctx, "x"); err != nil || after.Header.Revision != before.Header.Revision {
 		t.Fatalf("revision %d after a non-head waiter's attempt, want %d (%v)", after.Header.Revision, before.Header.Revision, err)
 	}
@@ -132,11 +125,11 @@ func TestLineRefusesLoneAttempts(t *testing.T) {
 	lone, _ := newDriver(t, c)
 	testutil.MustGrant(t, ctx, holder, req(key, "h", ttl))
 	wr := waiter(key, "a", "ta", ttl)
-	wantRefused(t, ctx, w, wr)
+	testutil.WantNotAcquired(t, ctx, w, wr)
 	if err := holder.Release(ctx, key, "h"); err != nil {
 		t.Fatal(err)
 	}
-	wantRefused(t, ctx, lone, req(key, "l", ttl))
+	testutil.WantNotAcquired(t, ctx, lone, req(key, "l", ttl))
 	testutil.MustGrant(t, ctx, w, wr)
 	if err := w.Release(ctx, key, wr.Token); err != nil {
 		t.Fatal(err)
@@ -155,8 +148,8 @@ func TestLineLeave(t *testing.T) {
 	d2, _ := newDriver(t, c)
 	r1, r2 := waiter(key, "a", "ta", ttl), waiter(key, "b", "tb", ttl)
 	testutil.MustGrant(t, ctx, holder, req(key, "h", ttl))
-	wantRefused(t, ctx, d1, r1)
-	wantRefused(t, ctx, d2, r2)
+	testutil.WantNotAcquired(t, ctx, d1, r1)
+	testutil.WantNotAcquired(t, ctx, d2, r2)
 	if err := d1.Leave(ctx, key, r1.Waiter); err != nil {
 		t.Fatalf("Leave: %v", err)
 	}
@@ -198,8 +191,8 @@ func TestLineDeadWaiter(t *testing.T) {
 			next, _ := newDriver(t, c)
 			rd, rn := waiter(key, "a", "ta", ttl), waiter(key, "b", "tb", ttl)
 			testutil.MustGrant(t, ctx, holder, req(key, "h", 10*time.Second))
-			wantRefused(t, ctx, dead, rd)
-			wantRefused(t, ctx, next, rn)
+			testutil.WantNotAcquired(t, ctx, dead, rd)
+			testutil.WantNotAcquired(t, ctx, next, rn)
 			switch how {
 			case "closed":
 				_ = dead.Close()
@@ -240,7 +233,7 @@ func TestLineHolderIgnoresLine(t *testing.T) {
 	h := req(key, "h", ttl)
 	h.Value = []byte("me")
 	testutil.MustGrant(t, ctx, holder, h)
-	wantRefused(t, ctx, w, waiter(key, "a", "ta", ttl))
+	testutil.WantNotAcquired(t, ctx, w, waiter(key, "a", "ta", ttl))
 	if info, err := w.Holder(ctx, key); err != nil || string(info.Value) != "me" {
 		t.Fatalf("Holder = %+v, %v; want the holder's value", info, err)
 	}
@@ -361,15 +354,15 @@ func TestLineDeletionDuringRegistration(t *testing.T) {
 
 	testutil.MustGrant(t, ctx, holder, req(key, "h", ttl))
 	b := waiter(key, "b", "tb", ttl)
-	wantRefused(t, ctx, ahead, b)
+	testutil.WantNotAcquired(t, ctx, ahead, b)
 	sub, err := behind.WatchReleases(ctx, key)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer sub.Close()
 	cr := waiter(key, "c", "tc", ttl)
-	cr.Waiter = fmt.Sprintf("%016x-%s", 2, "c") // behind b
-	wantRefused(t, ctx, behind, cr)             // joins without looking
+	cr.Waiter = fmt.Sprintf("%016x-%s", 2, "c")  // behind b
+	testutil.WantNotAcquired(t, ctx, behind, cr) // joins without looking
 	testutil.Eventually(t, 5*time.Second, "the release watch to be created", func() bool {
 		_, created := etcd.LineDeletionsSeen(behind, key)
 		return created
@@ -385,7 +378,7 @@ func TestLineDeletionDuringRegistration(t *testing.T) {
 			return n == 1
 		})
 	})
-	wantRefused(t, ctx, behind, cr) // looks: one ahead; registers after b left
+	testutil.WantNotAcquired(t, ctx, behind, cr) // looks: one ahead; registers after b left
 	for drained := false; !drained; {
 		select {
 		case <-sub.C():

@@ -75,13 +75,6 @@ func countPermitKeys(t *testing.T, ctx context.Context, d *etcd.Driver, cli *cli
 	return len(permitKeys(t, ctx, d, cli, name))
 }
 
-func wantNotAcquired(t *testing.T, ctx context.Context, d backends.Driver, r backends.Request) {
-	t.Helper()
-	if _, err := d.Acquire(ctx, r); !errors.Is(err, backends.ErrNotAcquired) {
-		t.Fatalf("Acquire(%q, %q, limit %d) = %v, want ErrNotAcquired", r.Key, r.Token, r.Limit, err)
-	}
-}
-
 func notice(s backends.Subscription, within time.Duration) bool {
 	select {
 	case <-s.C():
@@ -159,13 +152,13 @@ func TestSemaphoreAdmitsLimit(t *testing.T) {
 	}
 
 	for i := range 5 {
-		wantNotAcquired(t, ctx, other, semReq(name, fmt.Sprint("late", i), limit, 5*time.Second))
+		testutil.WantNotAcquired(t, ctx, other, semReq(name, fmt.Sprint("late", i), limit, 5*time.Second))
 		if n := countPermitKeys(t, ctx, d, cli, name); n != limit {
 			t.Fatalf("after a failed try, %d permit keys, want %d: the try left its key", n, limit)
 		}
 	}
 	// The driver holding every permit is refused like any other.
-	wantNotAcquired(t, ctx, d, semReq(name, "late-d", limit, 5*time.Second))
+	testutil.WantNotAcquired(t, ctx, d, semReq(name, "late-d", limit, 5*time.Second))
 
 	if err := other.Release(ctx, name, "p1"); err != nil {
 		t.Fatalf("Release: %v", err)
@@ -174,7 +167,7 @@ func TestSemaphoreAdmitsLimit(t *testing.T) {
 	if g.Fence <= fences[limit-1] {
 		t.Errorf("fence %d after %v: not increasing", g.Fence, fences)
 	}
-	wantNotAcquired(t, ctx, other, semReq(name, "p4", limit, 5*time.Second))
+	testutil.WantNotAcquired(t, ctx, other, semReq(name, "p4", limit, 5*time.Second))
 	if n := countPermitKeys(t, ctx, d, cli, name); n != limit {
 		t.Fatalf("%d permit keys, want %d", n, limit)
 	}
@@ -206,13 +199,13 @@ func TestSemaphoreReleaseWakes(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	wantNotAcquired(t, ctx, waiter, semReq(name, "w0", limit, 10*time.Second))
+	testutil.WantNotAcquired(t, ctx, waiter, semReq(name, "w0", limit, 10*time.Second))
 	// The watch starts in the background; if it starts after that refused
 	// attempt, it gives one notice (a release may have come in between; see
 	// WatchReleases). Let that one come first.
 	notice(s, 500*time.Millisecond)
 	for i := range 3 {
-		wantNotAcquired(t, ctx, third, semReq(name, fmt.Sprint("t", i), limit, 10*time.Second))
+		testutil.WantNotAcquired(t, ctx, third, semReq(name, fmt.Sprint("t", i), limit, 10*time.Second))
 	}
 	if notice(s, 300*time.Millisecond) {
 		t.Fatal("notice after failed tries, which free no permit")
@@ -233,7 +226,7 @@ func TestSemaphoreReleaseWakes(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s2.Close()
-	wantNotAcquired(t, ctx, holder, semReq(name, "h2", limit, 10*time.Second))
+	testutil.WantNotAcquired(t, ctx, holder, semReq(name, "h2", limit, 10*time.Second))
 	if err := holder.Release(ctx, name, "h0"); err != nil {
 		t.Fatal(err)
 	}
@@ -257,7 +250,7 @@ func TestSemaphoreExpiryFrees(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	wantNotAcquired(t, ctx, other, semReq(name, "o1", limit, 10*time.Second))
+	testutil.WantNotAcquired(t, ctx, other, semReq(name, "o1", limit, 10*time.Second))
 	if !notice(s, 10*time.Second) {
 		t.Fatal("expiry of a permit not noticed")
 	}
@@ -496,7 +489,7 @@ func TestSemaphoreFailedCleanup(t *testing.T) {
 			t.Fatalf("%d permit keys after the release, want the %d permits", n, limit)
 		}
 	}
-	wantNotAcquired(t, ctx, d, semReq(name, "y", limit, 10*time.Second))
+	testutil.WantNotAcquired(t, ctx, d, semReq(name, "y", limit, 10*time.Second))
 }
 
 // TestSemaphoreHammer runs goroutines over several drivers (one client
@@ -597,7 +590,7 @@ func TestSemaphoreKeyNamesReused(t *testing.T) {
 		}
 	}()
 	for i := range 20 {
-		wantNotAcquired(t, ctx, d, semReq(name, fmt.Sprint("f", i), limit, 5*time.Second))
+		testutil.WantNotAcquired(t, ctx, d, semReq(name, fmt.Sprint("f", i), limit, 5*time.Second))
 	}
 	select {
 	case <-done:

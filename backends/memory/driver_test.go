@@ -13,6 +13,7 @@ import (
 
 	"github.com/dsync-dev/dsync/backends"
 	"github.com/dsync-dev/dsync/backends/memory"
+	"github.com/dsync-dev/dsync/internal/testenv/testutil"
 )
 
 func TestCapabilities(t *testing.T) {
@@ -45,7 +46,7 @@ func TestAcquireBadInput(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			d, _ := newManual(t)
-			mustGrant(t, d, backends.Request{Key: "sem", Token: "holder", TTL: time.Second, Limit: 2})
+			testutil.MustGrant(t, context.Background(), d, backends.Request{Key: "sem", Token: "holder", TTL: time.Second, Limit: 2})
 			_, err := d.Acquire(context.Background(), tt.req)
 			var ie *backends.InvalidError
 			if !errors.Is(err, tt.is) || !errors.As(err, &ie) || ie.Field != tt.field {
@@ -85,7 +86,7 @@ func TestKeyTokenTTLBadInput(t *testing.T) {
 
 func TestMismatchedLimitNamesBoth(t *testing.T) {
 	d, _ := newManual(t)
-	mustGrant(t, d, backends.Request{Key: "k", Token: "a", TTL: time.Second, Limit: 2})
+	testutil.MustGrant(t, context.Background(), d, backends.Request{Key: "k", Token: "a", TTL: time.Second, Limit: 2})
 	_, err := d.Acquire(context.Background(), backends.Request{Key: "k", Token: "b", TTL: time.Second})
 	if !errors.Is(err, backends.ErrInvalid) || !strings.Contains(err.Error(), "1") || !strings.Contains(err.Error(), "2") {
 		t.Fatalf("err = %v, want an invalid limit naming 1 and 2", err)
@@ -95,7 +96,7 @@ func TestMismatchedLimitNamesBoth(t *testing.T) {
 func TestExpiry(t *testing.T) {
 	ctx := context.Background()
 	d, clk := newManual(t)
-	mustGrant(t, d, req("k", "old"))
+	testutil.MustGrant(t, ctx, d, req("k", "old"))
 	if _, err := d.Acquire(ctx, req("k", "new")); !errors.Is(err, backends.ErrNotAcquired) {
 		t.Fatalf("Acquire while held: err = %v, want ErrNotAcquired", err)
 	}
@@ -107,7 +108,7 @@ func TestExpiry(t *testing.T) {
 	if _, err := d.Holder(ctx, "k"); !errors.Is(err, backends.ErrNotHeld) {
 		t.Fatalf("Holder at expiry: err = %v, want ErrNotHeld", err)
 	}
-	mustGrant(t, d, req("k", "new"))
+	testutil.MustGrant(t, ctx, d, req("k", "new"))
 	if err := d.Release(ctx, "k", "old"); !errors.Is(err, backends.ErrNotHeld) {
 		t.Fatalf("Release of expired hold: err = %v, want ErrNotHeld", err)
 	}
@@ -119,7 +120,7 @@ func TestExpiry(t *testing.T) {
 func TestRefresh(t *testing.T) {
 	ctx := context.Background()
 	d, clk := newManual(t)
-	mustGrant(t, d, req("k", "a"))
+	testutil.MustGrant(t, ctx, d, req("k", "a"))
 	clk.Advance(900 * time.Millisecond)
 	if err := d.Refresh(ctx, "k", "a", 2*time.Second+time.Microsecond); err != nil {
 		t.Fatalf("Refresh: %v", err)
@@ -139,7 +140,7 @@ func TestRefresh(t *testing.T) {
 func TestRefreshNeverRecreates(t *testing.T) {
 	ctx := context.Background()
 	d, clk := newManual(t)
-	mustGrant(t, d, req("k", "a"))
+	testutil.MustGrant(t, ctx, d, req("k", "a"))
 	clk.Advance(time.Second)
 	if err := d.Refresh(ctx, "k", "a", time.Hour); !errors.Is(err, backends.ErrNotHeld) {
 		t.Fatalf("Refresh after expiry: err = %v, want ErrNotHeld", err)
@@ -147,13 +148,13 @@ func TestRefreshNeverRecreates(t *testing.T) {
 	if _, err := d.Holder(ctx, "k"); !errors.Is(err, backends.ErrNotHeld) {
 		t.Fatalf("Refresh re-created the hold: Holder err = %v", err)
 	}
-	mustGrant(t, d, req("k", "b"))
+	testutil.MustGrant(t, ctx, d, req("k", "b"))
 }
 
 func TestReleaseOnlyOwnHold(t *testing.T) {
 	ctx := context.Background()
 	d, _ := newManual(t)
-	mustGrant(t, d, req("k", "a"))
+	testutil.MustGrant(t, ctx, d, req("k", "a"))
 	if err := d.Release(ctx, "k", "b"); !errors.Is(err, backends.ErrNotHeld) {
 		t.Fatalf("Release by another token: err = %v, want ErrNotHeld", err)
 	}
@@ -166,7 +167,7 @@ func TestReleaseOnlyOwnHold(t *testing.T) {
 	if err := d.Release(ctx, "k", "a"); !errors.Is(err, backends.ErrNotHeld) {
 		t.Fatalf("double Release: err = %v, want ErrNotHeld", err)
 	}
-	mustGrant(t, d, req("k", "b"))
+	testutil.MustGrant(t, ctx, d, req("k", "b"))
 }
 
 func TestFencesIncrease(t *testing.T) {
@@ -181,11 +182,11 @@ func TestFencesIncrease(t *testing.T) {
 		d := []*memory.Driver{d1, d2}[i%2]
 		token := fmt.Sprint(i)
 		if i%5 == 4 {
-			if g := mustGrant(t, d, backends.Request{Key: "k", Token: token, TTL: time.Second}); g.Fence != 0 {
+			if g := testutil.MustGrant(t, ctx, d, backends.Request{Key: "k", Token: token, TTL: time.Second}); g.Fence != 0 {
 				t.Fatalf("unfenced Acquire: Fence = %d, want 0", g.Fence)
 			}
 		} else {
-			g := mustGrant(t, d, req("k", token))
+			g := testutil.MustGrant(t, ctx, d, req("k", token))
 			if g.Fence <= last {
 				t.Fatalf("acquire %d: Fence = %d, want > %d", i, g.Fence, last)
 			}
@@ -197,10 +198,10 @@ func TestFencesIncrease(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if g := mustGrant(t, d1, req("other", "x")); g.Fence != 1 {
+	if g := testutil.MustGrant(t, ctx, d1, req("other", "x")); g.Fence != 1 {
 		t.Fatalf("first fence of another key = %d, want 1", g.Fence)
 	}
-	if g := mustGrant(t, d1, backends.Request{Key: "k", Token: "z", TTL: time.Second, Fence: true}); g.TTL != time.Second {
+	if g := testutil.MustGrant(t, ctx, d1, backends.Request{Key: "k", Token: "z", TTL: time.Second, Fence: true}); g.TTL != time.Second {
 		t.Fatalf("Grant.TTL = %v, want 1s", g.TTL)
 	}
 }
@@ -210,7 +211,7 @@ func TestSharedStore(t *testing.T) {
 	store := memory.NewStore(nil)
 	d1, d2 := memory.New(&memory.Options{Store: store}), memory.New(&memory.Options{Store: store})
 	defer d2.Close()
-	mustGrant(t, d1, backends.Request{Key: "k", Token: "a", Value: []byte("one"), TTL: time.Minute})
+	testutil.MustGrant(t, ctx, d1, backends.Request{Key: "k", Token: "a", Value: []byte("one"), TTL: time.Minute})
 	if _, err := d2.Acquire(ctx, req("k", "b")); !errors.Is(err, backends.ErrNotAcquired) {
 		t.Fatalf("second driver Acquire: err = %v, want ErrNotAcquired", err)
 	}
@@ -233,7 +234,7 @@ func TestValueIsCopied(t *testing.T) {
 	ctx := context.Background()
 	d, _ := newManual(t)
 	v := []byte("leader-1")
-	mustGrant(t, d, backends.Request{Key: "k", Token: "a", Value: v, TTL: time.Second})
+	testutil.MustGrant(t, ctx, d, backends.Request{Key: "k", Token: "a", Value: v, TTL: time.Second})
 	v[0] = 'X'
 	info, _ := d.Holder(ctx, "k")
 	info.Value[1] = 'Y'
@@ -246,7 +247,7 @@ func TestValueIsCopied(t *testing.T) {
 func TestClosed(t *testing.T) {
 	ctx := context.Background()
 	d, _ := newManual(t)
-	mustGrant(t, d, req("k", "a"))
+	testutil.MustGrant(t, ctx, d, req("k", "a"))
 	for range 2 {
 		if err := d.Close(); err != nil {
 			t.Fatalf("Close: %v", err)
@@ -275,7 +276,7 @@ func TestContextDone(t *testing.T) {
 	if _, err := d.Holder(context.Background(), "k"); !errors.Is(err, backends.ErrNotHeld) {
 		t.Fatalf("cancelled Acquire acted: Holder err = %v", err)
 	}
-	mustGrant(t, d, req("k", "a"))
+	testutil.MustGrant(t, context.Background(), d, req("k", "a"))
 	if err := d.Release(ctx, "k", "a"); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Release: err = %v, want context.Canceled", err)
 	}
@@ -299,9 +300,9 @@ func TestSemaphore(t *testing.T) {
 	sem := func(token string, ttl time.Duration) backends.Request {
 		return backends.Request{Key: "sem", Token: token, Value: []byte(token), TTL: ttl, Limit: 3, Fence: true}
 	}
-	mustGrant(t, d, sem("a", 3*time.Second))
-	mustGrant(t, d, sem("b", 5*time.Second))
-	mustGrant(t, d, sem("c", 4*time.Second))
+	testutil.MustGrant(t, ctx, d, sem("a", 3*time.Second))
+	testutil.MustGrant(t, ctx, d, sem("b", 5*time.Second))
+	testutil.MustGrant(t, ctx, d, sem("c", 4*time.Second))
 	if _, err := d.Acquire(ctx, sem("d", time.Second)); !errors.Is(err, backends.ErrNotAcquired) {
 		t.Fatalf("fourth Acquire: err = %v, want ErrNotAcquired", err)
 	}
@@ -311,15 +312,15 @@ func TestSemaphore(t *testing.T) {
 	if err := d.Release(ctx, "sem", "c"); err != nil {
 		t.Fatal(err)
 	}
-	mustGrant(t, d, sem("d", time.Second))
+	testutil.MustGrant(t, ctx, d, sem("d", time.Second))
 	clk.Advance(3 * time.Second) // a and d expire
-	mustGrant(t, d, sem("e", time.Second))
-	mustGrant(t, d, sem("f", time.Second))
+	testutil.MustGrant(t, ctx, d, sem("e", time.Second))
+	testutil.MustGrant(t, ctx, d, sem("f", time.Second))
 	if _, err := d.Acquire(ctx, sem("g", time.Second)); !errors.Is(err, backends.ErrNotAcquired) {
 		t.Fatalf("Acquire past the limit after expiry: err = %v, want ErrNotAcquired", err)
 	}
 	clk.Advance(5 * time.Second) // all expire: the key forgets its limit
-	mustGrant(t, d, req("sem", "lock"))
+	testutil.MustGrant(t, ctx, d, req("sem", "lock"))
 }
 
 func TestSemaphoreConcurrentAdmitsExactlyLimit(t *testing.T) {

@@ -1,7 +1,6 @@
 package memory_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -27,13 +26,4 @@ func newManual(t *testing.T) (*memory.Driver, *memory.ManualClock) {
 // req is a lock request on key for token with a one-second TTL and fencing.
 func req(key, token string) backends.Request {
 	return backends.Request{Key: key, Token: token, TTL: time.Second, Fence: true}
-}
-
-func mustGrant(t *testing.T, d backends.Driver, r backends.Request) backends.Grant {
-	t.Helper()
-	g, err := d.Acquire(context.Background(), r)
-	if err != nil {
-		t.Fatalf("Acquire(%q, %q): %v", r.Key, r.Token, err)
-	}
-	return g
 }

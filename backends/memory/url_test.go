@@ -9,6 +9,7 @@ import (
 	"github.com/dsync-dev/dsync"
 	"github.com/dsync-dev/dsync/backends"
 	"github.com/dsync-dev/dsync/backends/memory"
+	"github.com/dsync-dev/dsync/internal/testenv/testutil"
 )
 
 func open(t *testing.T, url string) *dsync.Backend {
@@ -27,7 +28,7 @@ func TestOpenNamedStore(t *testing.T) {
 	if got := b2.Defaults().TTL; got != 30*time.Second {
 		t.Fatalf("ttl option: Defaults().TTL = %v, want 30s", got)
 	}
-	mustGrant(t, b1.Driver(), backends.Request{Key: "k", Token: "a", Value: []byte("v"), TTL: time.Minute})
+	testutil.MustGrant(t, ctx, b1.Driver(), backends.Request{Key: "k", Token: "a", Value: []byte("v"), TTL: time.Minute})
 	if err := b1.Close(); err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/dsync-dev/dsync/backends"
 	"github.com/dsync-dev/dsync/backends/memory"
+	"github.com/dsync-dev/dsync/internal/testenv/testutil"
 )
 
 func watch(t *testing.T, d *memory.Driver, key string) backends.Subscription {
@@ -33,7 +34,7 @@ func TestWatchRelease(t *testing.T) {
 	ctx := context.Background()
 	d, _ := newManual(t)
 	sub, other := watch(t, d, "k"), watch(t, d, "other")
-	mustGrant(t, d, req("k", "a"))
+	testutil.MustGrant(t, ctx, d, req("k", "a"))
 	if pending(sub) {
 		t.Fatal("notice after Acquire")
 	}
@@ -44,7 +45,7 @@ func TestWatchRelease(t *testing.T) {
 		t.Fatalf("Release: err = %v, or it sent no notice", err)
 	}
 	for _, token := range []string{"b", "c"} { // two releases coalesce into one notice
-		mustGrant(t, d, req("k", token))
+		testutil.MustGrant(t, ctx, d, req("k", token))
 		if err := d.Release(ctx, "k", token); err != nil {
 			t.Fatal(err)
 		}
@@ -63,7 +64,7 @@ func TestWatchRelease(t *testing.T) {
 func TestWatchWokenByClockAdvance(t *testing.T) {
 	d, clk := newManual(t)
 	sub := watch(t, d, "k")
-	mustGrant(t, d, req("k", "a"))
+	testutil.MustGrant(t, context.Background(), d, req("k", "a"))
 	woken := make(chan struct{})
 	go func() {
 		defer close(woken)
@@ -86,7 +87,7 @@ func TestWatchWokenByClockAdvance(t *testing.T) {
 func TestWatchWokenBySet(t *testing.T) {
 	d, clk := newManual(t)
 	sub := watch(t, d, "k")
-	mustGrant(t, d, req("k", "a"))
+	testutil.MustGrant(t, context.Background(), d, req("k", "a"))
 	clk.Set(epoch.Add(time.Hour))
 	if !pending(sub) {
 		t.Fatal("no notice after Set past expiry")
@@ -97,7 +98,7 @@ func TestWatchWokenByExpiryOnAccess(t *testing.T) {
 	d := memory.New(nil) // real clock
 	defer d.Close()
 	sub := watch(t, d, "k")
-	mustGrant(t, d, backends.Request{Key: "k", Token: "a", TTL: time.Millisecond})
+	testutil.MustGrant(t, context.Background(), d, backends.Request{Key: "k", Token: "a", TTL: time.Millisecond})
 	time.Sleep(5 * time.Millisecond)
 	if _, err := d.Holder(context.Background(), "k"); err == nil {
 		t.Fatal("hold outlived its TTL")
@@ -113,7 +114,7 @@ func TestWatchClose(t *testing.T) {
 	sub, kept := watch(t, d, "k"), watch(t, d, "k")
 	sub.Close()
 	sub.Close()
-	mustGrant(t, d, req("k", "a"))
+	testutil.MustGrant(t, ctx, d, req("k", "a"))
 	if err := d.Release(ctx, "k", "a"); err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +138,7 @@ func TestDriverCloseEndsSubscriptions(t *testing.T) {
 	if !pending(sub) {
 		t.Fatal("no wake-up when the driver closed")
 	}
-	mustGrant(t, d2, req("k", "a"))
+	testutil.MustGrant(t, ctx, d2, req("k", "a"))
 	if err := d2.Release(ctx, "k", "a"); err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,6 @@
 package redis_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -16,8 +15,8 @@ import (
 	"github.com/dsync-dev/dsync/internal/testenv/testutil"
 )
 
-// The line of waiters (issue 21), checked on separate drivers, as
-// separate processes would see it: every client has its own connections.
+// The driver's line of waiters, checked on separate drivers, as separate
+// processes would see it: every client has its own connections.
 
 // waiterName is a waiter's name as lease.NewWaiter draws it: 16 hex digits
 // of time, then a tag; i orders them.
@@ -40,22 +39,6 @@ func waiterReq(key, waiter string, fence bool) backends.Request {
 	return backends.Request{Key: key, Token: fmt.Sprintf("tok-%s-%d", waiter, tokens.Add(1)), TTL: 10 * time.Second, Fence: fence, Waiter: waiter}
 }
 
-func mustRefuse(t *testing.T, ctx context.Context, d backends.Driver, r backends.Request, what string) {
-	t.Helper()
-	if _, err := d.Acquire(ctx, r); err != backends.ErrNotAcquired {
-		t.Fatalf("%s: Acquire = %v, want ErrNotAcquired", what, err)
-	}
-}
-
-func mustGrant(t *testing.T, ctx context.Context, d backends.Driver, r backends.Request, what string) backends.Grant {
-	t.Helper()
-	g, err := d.Acquire(ctx, r)
-	if err != nil {
-		t.Fatalf("%s: Acquire = %v, want a grant", what, err)
-	}
-	return g
-}
-
 // TestWaitersServedInOrder: three waiters, refused in the order c, a, b,
 // are served a, b, c (their names' order) as each holder releases; while
 // the lock is kept for one of them, the others, and a lone attempt, are
@@ -71,21 +54,21 @@ func TestWaitersServedInOrder(t *testing.T) {
 			names := []string{waiterName(1, "a"), waiterName(2, "b"), waiterName(3, "c")}
 
 			first := backends.Request{Key: key, Token: "holder", TTL: 10 * time.Second, Fence: fence}
-			g := mustGrant(t, ctx, ds[0], first, "the first holder")
+			g := testutil.MustGrant(t, ctx, ds[0], first)
 			for _, i := range []int{2, 0, 1} {
-				mustRefuse(t, ctx, ds[i+1], waiterReq(key, names[i], fence), "waiter "+names[i]+" while held")
+				testutil.WantNotAcquired(t, ctx, ds[i+1], waiterReq(key, names[i], fence))
 			}
 			holder, token := backends.Driver(ds[0]), first.Token
 			for i, w := range names {
 				if err := holder.Release(ctx, key, token); err != nil {
 					t.Fatalf("release before %s's turn: %v", w, err)
 				}
-				mustRefuse(t, ctx, ds[4], backends.Request{Key: key, Token: "lone", TTL: time.Second, Fence: fence}, "a lone attempt during "+w+"'s hand-over")
+				testutil.WantNotAcquired(t, ctx, ds[4], backends.Request{Key: key, Token: "lone", TTL: time.Second, Fence: fence})
 				for j := len(names) - 1; j > i; j-- {
-					mustRefuse(t, ctx, ds[j+1], waiterReq(key, names[j], fence), names[j]+" during "+w+"'s hand-over")
+					testutil.WantNotAcquired(t, ctx, ds[j+1], waiterReq(key, names[j], fence))
 				}
 				r := waiterReq(key, w, fence)
-				next := mustGrant(t, ctx, ds[i+1], r, w+" in its turn")
+				next := testutil.MustGrant(t, ctx, ds[i+1], r)
 				if fence && next.Fence <= g.Fence {
 					t.Fatalf("%s's fencing token %d is not above the previous %d", w, next.Fence, g.Fence)
 				}
@@ -95,7 +78,7 @@ func TestWaitersServedInOrder(t *testing.T) {
 				t.Fatal(err)
 			}
 			// The line is empty: the lock is free at once.
-			lone := mustGrant(t, ctx, ds[4], backends.Request{Key: key, Token: "lone", TTL: time.Second, Fence: fence}, "a lone attempt after the line")
+			lone := testutil.MustGrant(t, ctx, ds[4], backends.Request{Key: key, Token: "lone", TTL: time.Second, Fence: fence})
 			if fence && lone.Fence <= g.Fence {
 				t.Fatalf("fencing token %d after the line is not above %d", lone.Fence, g.Fence)
 			}
@@ -115,9 +98,9 @@ func TestReservationIgnoredByHolder(t *testing.T) {
 	ctx := testutil.Context(t)
 	ds := drivers(t, srv, 2)
 	key := testutil.UniqueKey(t)
-	mustGrant(t, ctx, ds[0], backends.Request{Key: key, Token: "holder", Value: []byte("v"), TTL: 10 * time.Second, Fence: true}, "holder")
+	testutil.MustGrant(t, ctx, ds[0], backends.Request{Key: key, Token: "holder", Value: []byte("v"), TTL: 10 * time.Second, Fence: true})
 	w := waiterName(1, "w")
-	mustRefuse(t, ctx, ds[1], waiterReq(key, w, true), "waiter")
+	testutil.WantNotAcquired(t, ctx, ds[1], waiterReq(key, w, true))
 	if err := ds[0].Release(ctx, key, "holder"); err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +115,7 @@ func TestReservationIgnoredByHolder(t *testing.T) {
 			t.Errorf("Release(%q) of a lock kept for a waiter succeeded", tok)
 		}
 	}
-	mustGrant(t, ctx, ds[1], waiterReq(key, w, true), "the waiter, still in its window")
+	testutil.MustGrant(t, ctx, ds[1], waiterReq(key, w, true))
 }
 
 // TestHandOverWindowLapses: a waiter that does not come within the
@@ -142,14 +125,14 @@ func TestHandOverWindowLapses(t *testing.T) {
 	ctx := testutil.Context(t)
 	ds := drivers(t, srv, 3)
 	key := testutil.UniqueKey(t)
-	mustGrant(t, ctx, ds[0], backends.Request{Key: key, Token: "holder", TTL: 10 * time.Second}, "holder")
-	mustRefuse(t, ctx, ds[1], waiterReq(key, waiterName(1, "slow"), false), "slow waiter")
+	testutil.MustGrant(t, ctx, ds[0], backends.Request{Key: key, Token: "holder", TTL: 10 * time.Second})
+	testutil.WantNotAcquired(t, ctx, ds[1], waiterReq(key, waiterName(1, "slow"), false))
 	if err := ds[0].Release(ctx, key, "holder"); err != nil {
 		t.Fatal(err)
 	}
-	mustRefuse(t, ctx, ds[2], backends.Request{Key: key, Token: "lone", TTL: time.Second}, "a lone attempt in the window")
+	testutil.WantNotAcquired(t, ctx, ds[2], backends.Request{Key: key, Token: "lone", TTL: time.Second})
 	time.Sleep(redisnode.HandOver + 20*time.Millisecond)
-	mustGrant(t, ctx, ds[2], backends.Request{Key: key, Token: "lone", TTL: time.Second}, "a lone attempt after the window")
+	testutil.MustGrant(t, ctx, ds[2], backends.Request{Key: key, Token: "lone", TTL: time.Second})
 }
 
 // TestLapsedHeirPassesInLine: when the heir of a release lets its window
@@ -165,10 +148,10 @@ func TestLapsedHeirPassesInLine(t *testing.T) {
 			ctx := testutil.Context(t)
 			ds := drivers(t, srv, 4)
 			key := testutil.UniqueKey(t)
-			mustGrant(t, ctx, ds[0], backends.Request{Key: key, Token: "holder", TTL: 10 * time.Second, Fence: fence}, "holder")
+			testutil.MustGrant(t, ctx, ds[0], backends.Request{Key: key, Token: "holder", TTL: 10 * time.Second, Fence: fence})
 			names := []string{waiterName(1, "heir"), waiterName(2, "next"), waiterName(3, "last")}
 			for i, w := range names {
-				mustRefuse(t, ctx, ds[i+1], waiterReq(key, w, fence), w+" while held")
+				testutil.WantNotAcquired(t, ctx, ds[i+1], waiterReq(key, w, fence))
 			}
 			sub, err := ds[2].WatchReleases(ctx, key)
 			if err != nil {
@@ -183,7 +166,7 @@ func TestLapsedHeirPassesInLine(t *testing.T) {
 			for len(sub.C()) > 0 { // nothing so far names it
 				<-sub.C()
 			}
-			mustRefuse(t, ctx, ds[3], waiterReq(key, names[2], fence), "the last waiter once the heir's window lapsed")
+			testutil.WantNotAcquired(t, ctx, ds[3], waiterReq(key, names[2], fence))
 			if v := held(); v != "\r"+names[1] {
 				t.Fatalf("the lock holds %q, want it kept for %s, the next live waiter", v, names[1])
 			}
@@ -192,13 +175,13 @@ func TestLapsedHeirPassesInLine(t *testing.T) {
 			case <-time.After(10 * time.Second):
 				t.Fatalf("%s's client was not woken", names[1])
 			}
-			mustRefuse(t, ctx, ds[0], backends.Request{Key: key, Token: "lone", TTL: time.Second, Fence: fence}, "a lone attempt while kept for "+names[1])
+			testutil.WantNotAcquired(t, ctx, ds[0], backends.Request{Key: key, Token: "lone", TTL: time.Second, Fence: fence})
 			r := waiterReq(key, names[1], fence)
-			mustGrant(t, ctx, ds[2], r, names[1]+" in its turn")
+			testutil.MustGrant(t, ctx, ds[2], r)
 			if err := ds[2].Release(ctx, key, r.Token); err != nil {
 				t.Fatal(err)
 			}
-			mustGrant(t, ctx, ds[3], waiterReq(key, names[2], fence), names[2]+" in its turn, after the lapsed heir")
+			testutil.MustGrant(t, ctx, ds[3], waiterReq(key, names[2], fence))
 		})
 	}
 }
@@ -211,17 +194,17 @@ func TestDeadWaiterSkipped(t *testing.T) {
 	ctx := testutil.Context(t)
 	ds := drivers(t, srv, 3)
 	key := testutil.UniqueKey(t)
-	mustGrant(t, ctx, ds[0], backends.Request{Key: key, Token: "holder", TTL: 10 * time.Second, Fence: true}, "holder")
+	testutil.MustGrant(t, ctx, ds[0], backends.Request{Key: key, Token: "holder", TTL: 10 * time.Second, Fence: true})
 	dead := waiterReq(key, waiterName(1, "dead"), true)
 	dead.TTL = 30 * time.Millisecond
-	mustRefuse(t, ctx, ds[1], dead, "the waiter that dies")
+	testutil.WantNotAcquired(t, ctx, ds[1], dead)
 	live := waiterName(2, "live")
-	mustRefuse(t, ctx, ds[2], waiterReq(key, live, true), "the live waiter")
+	testutil.WantNotAcquired(t, ctx, ds[2], waiterReq(key, live, true))
 	time.Sleep(dead.TTL + 20*time.Millisecond)
 	if err := ds[0].Release(ctx, key, "holder"); err != nil {
 		t.Fatal(err)
 	}
-	mustGrant(t, ctx, ds[2], waiterReq(key, live, true), "the live waiter behind a dead one")
+	testutil.MustGrant(t, ctx, ds[2], waiterReq(key, live, true))
 }
 
 // TestLeavePassesReservation: a waiter that leaves while the lock is kept
@@ -232,10 +215,10 @@ func TestLeavePassesReservation(t *testing.T) {
 	ctx := testutil.Context(t)
 	ds := drivers(t, srv, 4)
 	key := testutil.UniqueKey(t)
-	mustGrant(t, ctx, ds[0], backends.Request{Key: key, Token: "holder", TTL: 10 * time.Second, Fence: true}, "holder")
+	testutil.MustGrant(t, ctx, ds[0], backends.Request{Key: key, Token: "holder", TTL: 10 * time.Second, Fence: true})
 	a, b, c := waiterName(1, "a"), waiterName(2, "b"), waiterName(3, "c")
 	for i, w := range []string{a, b, c} {
-		mustRefuse(t, ctx, ds[i+1], waiterReq(key, w, true), w)
+		testutil.WantNotAcquired(t, ctx, ds[i+1], waiterReq(key, w, true))
 	}
 	if err := ds[2].Leave(ctx, key, b); err != nil {
 		t.Fatalf("Leave from the middle of the line: %v", err)
@@ -243,15 +226,15 @@ func TestLeavePassesReservation(t *testing.T) {
 	if err := ds[0].Release(ctx, key, "holder"); err != nil {
 		t.Fatal(err)
 	}
-	mustRefuse(t, ctx, ds[3], waiterReq(key, c, true), "c while the lock is kept for a")
+	testutil.WantNotAcquired(t, ctx, ds[3], waiterReq(key, c, true))
 	if err := ds[1].Leave(ctx, key, a); err != nil {
 		t.Fatalf("Leave with the lock kept for it: %v", err)
 	}
-	mustRefuse(t, ctx, ds[0], backends.Request{Key: key, Token: "lone", TTL: time.Second, Fence: true}, "a lone attempt once a passed the lock to c")
+	testutil.WantNotAcquired(t, ctx, ds[0], backends.Request{Key: key, Token: "lone", TTL: time.Second, Fence: true})
 	if err := ds[3].Leave(ctx, key, c); err != nil {
 		t.Fatal(err)
 	}
-	mustGrant(t, ctx, ds[0], backends.Request{Key: key, Token: "lone", TTL: time.Second, Fence: true}, "a lone attempt once everyone left")
+	testutil.MustGrant(t, ctx, ds[0], backends.Request{Key: key, Token: "lone", TTL: time.Second, Fence: true})
 	if err := ds[0].Leave(ctx, key, "Bad"); !errors.Is(err, backends.ErrInvalid) {
 		t.Errorf("Leave with an invalid waiter name = %v, want ErrInvalid", err)
 	}
@@ -267,9 +250,9 @@ func TestSemaphoreKeepsNoLine(t *testing.T) {
 	sem := func(tok, waiter string) backends.Request {
 		return backends.Request{Key: key, Token: tok, TTL: 10 * time.Second, Limit: 2, Fence: true, Waiter: waiter}
 	}
-	mustGrant(t, ctx, ds[0], sem("s0", ""), "slot 1")
-	mustGrant(t, ctx, ds[0], sem("s1", ""), "slot 2")
-	mustRefuse(t, ctx, ds[1], sem("w1", waiterName(1, "w")), "a waiter on a full semaphore")
+	testutil.MustGrant(t, ctx, ds[0], sem("s0", ""))
+	testutil.MustGrant(t, ctx, ds[0], sem("s1", ""))
+	testutil.WantNotAcquired(t, ctx, ds[1], sem("w1", waiterName(1, "w")))
 	for _, k := range srv.NewClient(t).Keys(ctx, "*"+key+"*").Val() {
 		if strings.Contains(k, ":line") || strings.Contains(k, ":w:") {
 			t.Errorf("a semaphore's refusal left a line behind: %s", k)
@@ -278,7 +261,7 @@ func TestSemaphoreKeepsNoLine(t *testing.T) {
 	if err := ds[0].Release(ctx, key, "s0"); err != nil {
 		t.Fatal(err)
 	}
-	mustGrant(t, ctx, ds[2], sem("lone", ""), "a lone attempt on a freed slot")
+	testutil.MustGrant(t, ctx, ds[2], sem("lone", ""))
 }
 
 // TestNoticeWakesTheHeir: a release that keeps the lock for a waiter
@@ -290,10 +273,10 @@ func TestNoticeWakesTheHeir(t *testing.T) {
 	ctx := testutil.Context(t)
 	ds := drivers(t, srv, 3)
 	key := testutil.UniqueKey(t)
-	mustGrant(t, ctx, ds[0], backends.Request{Key: key, Token: "holder", TTL: 10 * time.Second, Fence: true}, "holder")
+	testutil.MustGrant(t, ctx, ds[0], backends.Request{Key: key, Token: "holder", TTL: 10 * time.Second, Fence: true})
 	a, b := waiterName(1, "a"), waiterName(2, "b")
-	mustRefuse(t, ctx, ds[1], waiterReq(key, a, true), "a")
-	mustRefuse(t, ctx, ds[2], waiterReq(key, b, true), "b")
+	testutil.WantNotAcquired(t, ctx, ds[1], waiterReq(key, a, true))
+	testutil.WantNotAcquired(t, ctx, ds[2], waiterReq(key, b, true))
 	subs := make([]backends.Subscription, len(ds))
 	for i, d := range ds {
 		s, err := d.WatchReleases(ctx, key)
@@ -329,7 +312,7 @@ func TestNoticeWakesTheHeir(t *testing.T) {
 		t.Error("a release that kept the lock for a woke b, who is behind a")
 	}
 	r := waiterReq(key, a, true)
-	mustGrant(t, ctx, ds[1], r, "a in its turn")
+	testutil.MustGrant(t, ctx, ds[1], r)
 	// b's place lapses (as when b died): the release finds nobody live in
 	// line, frees the lock, and tells every watcher.
 	if err := admin.Del(ctx, "dsync:{"+key+"}:w:"+b).Err(); err != nil {
@@ -346,7 +329,7 @@ func TestNoticeWakesTheHeir(t *testing.T) {
 	// That release took b out of the line: nobody waits, and the next
 	// release tells nobody.
 	r = backends.Request{Key: key, Token: "holder-2", TTL: 10 * time.Second}
-	mustGrant(t, ctx, ds[0], r, "a holder with nobody in line")
+	testutil.MustGrant(t, ctx, ds[0], r)
 	if err := ds[0].Release(ctx, key, r.Token); err != nil {
 		t.Fatal(err)
 	}

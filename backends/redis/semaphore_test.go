@@ -26,7 +26,7 @@ func semReq(key, token string, limit int, ttl time.Duration) backends.Request {
 }
 
 // serverMillis is the server's clock (TIME) in ms.
-func serverMillis(ctx context.Context, t *testing.T, client *goredis.Client) int64 {
+func serverMillis(t *testing.T, ctx context.Context, client *goredis.Client) int64 {
 	t.Helper()
 	now, err := client.Time(ctx).Result()
 	if err != nil {
@@ -37,7 +37,7 @@ func serverMillis(ctx context.Context, t *testing.T, client *goredis.Client) int
 
 // score is token's score in the holders of key (its expiry, ms on the
 // server's clock), or -1 when token is not there.
-func score(ctx context.Context, t *testing.T, client *goredis.Client, key, token string) int64 {
+func score(t *testing.T, ctx context.Context, client *goredis.Client, key, token string) int64 {
 	t.Helper()
 	s, err := client.ZScore(ctx, "dsync:{"+key+"}", token).Result()
 	if errors.Is(err, goredis.Nil) {
@@ -47,13 +47,6 @@ func score(ctx context.Context, t *testing.T, client *goredis.Client, key, token
 		t.Fatalf("ZSCORE: %v", err)
 	}
 	return int64(s)
-}
-
-func wantNotAcquired(ctx context.Context, t *testing.T, d *redis.Driver, r backends.Request) {
-	t.Helper()
-	if _, err := d.Acquire(ctx, r); !errors.Is(err, backends.ErrNotAcquired) {
-		t.Fatalf("Acquire(%s, limit %d) = %v, want ErrNotAcquired", r.Token, r.Limit, err)
-	}
 }
 
 func TestSemAdmitsLimit(t *testing.T) {
@@ -69,14 +62,14 @@ func TestSemAdmitsLimit(t *testing.T) {
 			t.Errorf("Grant = %+v, want TTL 1m, a fence and no key of its own", g)
 		}
 	}
-	wantNotAcquired(ctx, t, d, semReq(key, "d", limit, time.Minute))
+	testutil.WantNotAcquired(t, ctx, d, semReq(key, "d", limit, time.Minute))
 	// Not re-entrant: a token holds one permit at most.
-	wantNotAcquired(ctx, t, d, semReq(key, "a", limit, time.Minute))
+	testutil.WantNotAcquired(t, ctx, d, semReq(key, "a", limit, time.Minute))
 	if err := d.Release(ctx, key, "b"); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
 	testutil.MustGrant(t, ctx, d, semReq(key, "d", limit, time.Minute))
-	wantNotAcquired(ctx, t, d, semReq(key, "e", limit, time.Minute))
+	testutil.WantNotAcquired(t, ctx, d, semReq(key, "e", limit, time.Minute))
 	if err := d.Release(ctx, key, "b"); !errors.Is(err, backends.ErrNotHeld) {
 		t.Errorf("double Release = %v, want ErrNotHeld", err)
 	}
@@ -101,10 +94,10 @@ func TestSemServerClock(t *testing.T) {
 	key := t.Name()
 	const ttl = 30 * time.Second
 
-	before := serverMillis(ctx, t, client)
+	before := serverMillis(t, ctx, client)
 	testutil.MustGrant(t, ctx, d, semReq(key, "a", 2, ttl+500*time.Microsecond))
-	after := serverMillis(ctx, t, client)
-	s := score(ctx, t, client, key, "a")
+	after := serverMillis(t, ctx, client)
+	s := score(t, ctx, client, key, "a")
 	if s < before+ttl.Milliseconds() || s > after+ttl.Milliseconds() {
 		t.Errorf("score %d outside [%d, %d]: not TIME + ttl (truncated to ms)", s, before+ttl.Milliseconds(), after+ttl.Milliseconds())
 	}
@@ -122,7 +115,7 @@ func TestSemExpiryFrees(t *testing.T) {
 
 	testutil.MustGrant(t, ctx, d, semReq(key, "short", 2, 100*time.Millisecond))
 	testutil.MustGrant(t, ctx, d, semReq(key, "long", 2, time.Minute))
-	wantNotAcquired(ctx, t, d, semReq(key, "c", 2, time.Minute))
+	testutil.WantNotAcquired(t, ctx, d, semReq(key, "c", 2, time.Minute))
 	var err error
 	testutil.Eventually(t, 5*time.Second, "the 100ms permit to free its slot", func() bool {
 		_, err = d.Acquire(ctx, semReq(key, "c", 2, time.Minute))
@@ -131,10 +124,10 @@ func TestSemExpiryFrees(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Acquire once the short permit expired: %v", err)
 	}
-	if s := score(ctx, t, client, key, "short"); s != -1 {
+	if s := score(t, ctx, client, key, "short"); s != -1 {
 		t.Errorf("expired holder still in the set (score %d): not pruned", s)
 	}
-	wantNotAcquired(ctx, t, d, semReq(key, "d", 2, time.Minute))
+	testutil.WantNotAcquired(t, ctx, d, semReq(key, "d", 2, time.Minute))
 }
 
 func TestSemRefresh(t *testing.T) {
@@ -154,16 +147,16 @@ func TestSemRefresh(t *testing.T) {
 		}
 		time.Sleep(30 * time.Millisecond)
 	}
-	wantNotAcquired(ctx, t, d, semReq(key, "c", 2, time.Minute))
+	testutil.WantNotAcquired(t, ctx, d, semReq(key, "c", 2, time.Minute))
 
 	// Refresh sets now + ttl on the server's clock, and the set's expiry
 	// follows its latest holder up and down.
-	before := serverMillis(ctx, t, client)
+	before := serverMillis(t, ctx, client)
 	if err := d.Refresh(ctx, key, "a", time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	s := score(ctx, t, client, key, "a")
-	if s < before+time.Hour.Milliseconds() || s > serverMillis(ctx, t, client)+time.Hour.Milliseconds() {
+	s := score(t, ctx, client, key, "a")
+	if s < before+time.Hour.Milliseconds() || s > serverMillis(t, ctx, client)+time.Hour.Milliseconds() {
 		t.Errorf("score after Refresh(1h) = %d, want TIME + 1h (TIME was %d)", s, before)
 	}
 	if exp := client.PExpireTime(ctx, hold).Val().Milliseconds(); exp != s {
@@ -172,7 +165,7 @@ func TestSemRefresh(t *testing.T) {
 	if err := d.Refresh(ctx, key, "a", time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if exp, sb := client.PExpireTime(ctx, hold).Val().Milliseconds(), score(ctx, t, client, key, "b"); exp != sb {
+	if exp, sb := client.PExpireTime(ctx, hold).Val().Milliseconds(), score(t, ctx, client, key, "b"); exp != sb {
 		t.Errorf("PEXPIRETIME after the latest holder shortened = %d, want b's score %d", exp, sb)
 	}
 
@@ -183,16 +176,16 @@ func TestSemRefresh(t *testing.T) {
 	}
 	testutil.MustGrant(t, ctx, d, semReq(key, "x", 2, 50*time.Millisecond))
 	testutil.Eventually(t, 5*time.Second, "the 50ms permit to expire", func() bool {
-		return serverMillis(ctx, t, client) > score(ctx, t, client, key, "x")
+		return serverMillis(t, ctx, client) > score(t, ctx, client, key, "x")
 	})
-	sb := score(ctx, t, client, key, "b")
+	sb := score(t, ctx, client, key, "b")
 	if err := d.Refresh(ctx, key, "x", time.Hour); !errors.Is(err, backends.ErrNotHeld) {
 		t.Errorf("Refresh after expiry = %v, want ErrNotHeld", err)
 	}
-	if s := score(ctx, t, client, key, "x"); s != -1 {
+	if s := score(t, ctx, client, key, "x"); s != -1 {
 		t.Errorf("Refresh re-created the expired permit (score %d)", s)
 	}
-	if s := score(ctx, t, client, key, "b"); s != sb {
+	if s := score(t, ctx, client, key, "b"); s != sb {
 		t.Errorf("b's score went from %d to %d on another token's Refresh", sb, s)
 	}
 }
@@ -209,9 +202,9 @@ func TestSemNotHeld(t *testing.T) {
 	testutil.MustGrant(t, ctx, d, semReq(key, "b", 3, time.Minute))
 	testutil.MustGrant(t, ctx, d, semReq(key, "gone", 3, 30*time.Millisecond))
 	testutil.Eventually(t, 5*time.Second, "the 30ms permit to expire", func() bool {
-		return serverMillis(ctx, t, client) > score(ctx, t, client, key, "gone")
+		return serverMillis(t, ctx, client) > score(t, ctx, client, key, "gone")
 	})
-	sa, sb := score(ctx, t, client, key, "a"), score(ctx, t, client, key, "b")
+	sa, sb := score(t, ctx, client, key, "a"), score(t, ctx, client, key, "b")
 	for _, tok := range []string{"nobody", "gone", "a\x00", "A"} {
 		if err := d.Release(ctx, key, tok); !errors.Is(err, backends.ErrNotHeld) {
 			t.Errorf("Release(%q) = %v, want ErrNotHeld", tok, err)
@@ -220,7 +213,7 @@ func TestSemNotHeld(t *testing.T) {
 			t.Errorf("Refresh(%q) = %v, want ErrNotHeld", tok, err)
 		}
 	}
-	if a, b := score(ctx, t, client, key, "a"), score(ctx, t, client, key, "b"); a != sa || b != sb {
+	if a, b := score(t, ctx, client, key, "a"), score(t, ctx, client, key, "b"); a != sa || b != sb {
 		t.Errorf("scores went from %d, %d to %d, %d on other tokens' calls", sa, sb, a, b)
 	}
 	if n := client.ZCard(ctx, "dsync:{"+key+"}").Val(); n != 3 {
@@ -287,11 +280,11 @@ func TestSemSizeChangesAfterExpiry(t *testing.T) {
 
 	testutil.MustGrant(t, ctx, d, semReq(key, "a", 3, 30*time.Millisecond))
 	testutil.Eventually(t, 5*time.Second, "the 30ms permit to expire", func() bool {
-		return serverMillis(ctx, t, client) > score(ctx, t, client, key, "a")
+		return serverMillis(t, ctx, client) > score(t, ctx, client, key, "a")
 	})
 	testutil.MustGrant(t, ctx, d, semReq(key, "b", 2, time.Minute))
 	testutil.MustGrant(t, ctx, d, semReq(key, "c", 2, time.Minute))
-	wantNotAcquired(ctx, t, d, semReq(key, "d", 2, time.Minute))
+	testutil.WantNotAcquired(t, ctx, d, semReq(key, "d", 2, time.Minute))
 }
 
 func TestSemFencesStrictlyIncrease(t *testing.T) {
@@ -591,9 +584,9 @@ func TestSemLargeScores(t *testing.T) {
 	ctx := testutil.Context(t)
 	key := t.Name()
 	ttl := time.Duration(math.MaxInt64).Truncate(time.Millisecond)
-	before := serverMillis(ctx, t, client)
+	before := serverMillis(t, ctx, client)
 	testutil.MustGrant(t, ctx, d, semReq(key, "a", 2, ttl))
-	if s := score(ctx, t, client, key, "a"); s < before+ttl.Milliseconds() || s > before+ttl.Milliseconds()+5000 {
+	if s := score(t, ctx, client, key, "a"); s < before+ttl.Milliseconds() || s > before+ttl.Milliseconds()+5000 {
 		t.Errorf("score %d for a TTL of %d ms from %d", s, ttl.Milliseconds(), before)
 	}
 	if err := d.Release(ctx, key, "a"); err != nil {

@@ -9,6 +9,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -47,9 +48,32 @@ func MustGrant(t testing.TB, ctx context.Context, d backends.Driver, r backends.
 	t.Helper()
 	g, err := d.Acquire(ctx, r)
 	if err != nil {
-		t.Fatalf("Acquire(%q, token %q, limit %d): %v", r.Key, r.Token, r.Limit, err)
+		t.Fatalf("%s: %v, want a grant", describe(r), err)
 	}
 	return g
+}
+
+// WantNotAcquired makes one attempt with d and fails the test unless it
+// meets plain contention: the bare backends.ErrNotAcquired, as the SPI
+// answers it (a wrapped one means an unknown outcome).
+func WantNotAcquired(t testing.TB, ctx context.Context, d backends.Driver, r backends.Request) {
+	t.Helper()
+	if _, err := d.Acquire(ctx, r); err != backends.ErrNotAcquired {
+		t.Fatalf("%s = %v, want the bare ErrNotAcquired", describe(r), err)
+	}
+}
+
+// describe names an attempt for the messages of MustGrant and
+// WantNotAcquired.
+func describe(r backends.Request) string {
+	s := fmt.Sprintf("Acquire(%q, token %q", r.Key, r.Token)
+	if r.Limit > 1 {
+		s += fmt.Sprintf(", limit %d", r.Limit)
+	}
+	if r.Waiter != "" {
+		s += fmt.Sprintf(", waiter %q", r.Waiter)
+	}
+	return s + ")"
 }
 
 // UniqueKey returns a key that no other test, run or process uses: the
@@ -94,10 +118,11 @@ func MustPermit(t testing.TB, ctx context.Context, s dsync.Semaphore) dsync.Perm
 	return p
 }
 
-// WantNotAcquired makes one attempt on l and fails the test unless it is
-// refused with an error matching dsync.ErrNotAcquired (a lease obtained is
+// WantLocked makes one attempt on l (TryAcquire) and fails the test
+// unless it is refused with an error matching dsync.ErrNotAcquired, as it
+// is while the lock is held, by anyone, l included (a lease obtained is
 // released first).
-func WantNotAcquired(t testing.TB, ctx context.Context, l dsync.Locker) {
+func WantLocked(t testing.TB, ctx context.Context, l dsync.Locker) {
 	t.Helper()
 	ls, err := l.TryAcquire(ctx)
 	if err == nil {

@@ -1,6 +1,5 @@
 // Package backendtest is the conformance suite every dsync backend must
-// pass, and the benchmarks shared by all backends. A backend's test file
-// runs it in a few lines:
+// pass. A backend's test file runs it in a few lines:
 //
 //	func TestConformance(t *testing.T) {
 //		backendtest.Run(t, backendtest.Harness{NewBackend: ..., ShortTTL: 200 * time.Millisecond})
@@ -13,7 +12,10 @@
 // ownership of refresh and release, expiry, extension, fencing,
 // cancellation, key isolation, a contention hammer, release wake-ups,
 // waiters of separate clients served in order (where the driver says so),
-// semaphores, elections and the health report.
+// semaphores, elections and the health report. What the layers above the
+// driver do alike on every backend (the local waiting line, Do) is tested
+// in their own packages, not here. CheckScheme and CheckBadURLs check a
+// backend's URL scheme.
 package backendtest
 
 import (
@@ -62,10 +64,8 @@ func Run(t *testing.T, h Harness) {
 		{"KeyIsolation", s.testKeyIsolation},
 		{"HolderValue", s.testHolderValue},
 		{"Hammer", s.testHammer},
-		{"FairAmongLocalWaiters", s.testFairness},
 		{"ServedInOrder", s.testServedInOrder},
 		{"ReleaseWakesWaiter", s.testWake},
-		{"DoCancelsOnLoss", s.testDoCancelsOnLoss},
 		{"Health", s.testHealth},
 	})
 	t.Run("Semaphore", s.runSemaphores)

@@ -419,39 +419,6 @@ func (s *suite) testWake(t *testing.T) {
 	}
 }
 
-func (s *suite) testDoCancelsOnLoss(t *testing.T) {
-	ctx := testutil.Context(t)
-	key := testutil.UniqueKey(t)
-	ttl := s.h.ShortTTL
-	b := s.backend(t)
-
-	sentinel := errors.New("work failed")
-	if err := dsync.Do(ctx, newLocker(t, b, key, nil), func(context.Context) error { return sentinel }); !errors.Is(err, sentinel) {
-		t.Fatalf("Do returned %v, want fn's error", err)
-	}
-	ls := testutil.MustAcquire(t, ctx, newLocker(t, b, key, nil)) // Do released it
-	_ = ls.Release(ctx)
-
-	start := time.Now()
-	l := newLocker(t, b, key, &locker.Options{TTL: ttl, MaxExtensions: 1})
-	var cause error
-	err := dsync.Do(ctx, l, func(fctx context.Context) error {
-		select {
-		case <-fctx.Done():
-			cause = context.Cause(fctx)
-			return fctx.Err()
-		case <-time.After(20 * ttl):
-			return errors.New("fn's context was not cancelled when the lease was lost")
-		}
-	})
-	if !errors.Is(err, dsync.ErrLeaseLost) || !errors.Is(cause, dsync.ErrLeaseLost) {
-		t.Fatalf("Do with a lost lease: %v (fn's cause %v), want ErrLeaseLost for both", err, cause)
-	}
-	if d := time.Since(start); d < ttl {
-		t.Errorf("lease lost after %v, before one TTL: Do did not extend it", d)
-	}
-}
-
 // driverTTL is a TTL for a hold made on the driver directly: long enough
 // for a few calls, within the driver's bounds.
 func (s *suite) driverTTL(d backends.Driver) time.Duration {
@@ -478,80 +445,5 @@ func (s *suite) testPlainContention(t *testing.T) {
 	}
 	if err := d.Release(ctx, req.Key, "contender"); !errors.Is(err, backends.ErrNotHeld) {
 		t.Fatalf("Release of the refused token: %v, want ErrNotHeld (nothing left behind)", err)
-	}
-}
-
-// testFairness runs 8 goroutines of one process on one key, each holding it
-// for about 100us of work, until they have made 160 acquisitions between
-// them: none may starve (each gets at least half of the busiest one's
-// share) and no wait may be unbounded. Acquisitions count once every
-// goroutine has been served: under the race detector on a loaded machine
-// a goroutine may first ask milliseconds after the others (a scheduler
-// slice), which meanwhile pass the lock among fewer (seen: one goroutine
-// served 21 times before a second one asked).
-func (s *suite) testFairness(t *testing.T) {
-	ctx := testutil.Context(t)
-	l := newLocker(t, s.backend(t), testutil.UniqueKey(t), &locker.Options{TTL: 10 * time.Second})
-	const goroutines, total = 8, 160
-	var (
-		done    atomic.Int32
-		counts  [goroutines]int
-		worst   [goroutines]time.Duration
-		wg      sync.WaitGroup
-		errs    = make(chan error, goroutines)
-		inside  atomic.Int32
-		overlap atomic.Int32
-		served  atomic.Int32 // goroutines served at least once
-	)
-	for g := range goroutines {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			first := true
-			for done.Load() < total {
-				asked := time.Now()
-				ls, err := l.Acquire(ctx)
-				if err != nil {
-					errs <- err
-					return
-				}
-				worst[g] = max(worst[g], time.Since(asked))
-				if inside.Add(1) != 1 {
-					overlap.Add(1)
-				}
-				if first {
-					first = false
-					served.Add(1)
-				} else if served.Load() == goroutines {
-					counts[g]++
-					done.Add(1)
-				}
-				time.Sleep(100 * time.Microsecond) // the work
-				inside.Add(-1)
-				if err := ls.Release(ctx); err != nil {
-					errs <- err
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatalf("fairness: %v", err)
-	}
-	if n := overlap.Load(); n != 0 {
-		t.Fatalf("%d overlapping critical sections", n)
-	}
-	lo, hi, wmax := counts[0], counts[0], time.Duration(0)
-	for g := range goroutines {
-		lo, hi, wmax = min(lo, counts[g]), max(hi, counts[g]), max(wmax, worst[g])
-	}
-	t.Logf("acquisitions per goroutine %v, worst wait %v", counts, wmax)
-	if lo*2 < hi {
-		t.Errorf("unfair: the least served goroutine got %d acquisitions, the busiest %d", lo, hi)
-	}
-	if wmax > 5*time.Second {
-		t.Errorf("worst wait %v: a waiter was left behind", wmax)
 	}
 }

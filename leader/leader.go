@@ -121,7 +121,9 @@ func NewObserver(b *dsync.Backend, name string, opts *Options) (*Observer, error
 
 // newConfig checks opts for the election name on b, whose candidates store
 // value, and returns the lease configuration and opts with every default
-// filled in.
+// filled in. It checks the options that are the election's own (the name,
+// the candidate ID's size, the renew interval and the retry period) under
+// their own names before lease.New checks the rest.
 func newConfig(b *dsync.Backend, name string, value []byte, opts *Options) (*lease.Config, Options, error) {
 	o := Options{}
 	if opts != nil {
@@ -134,43 +136,52 @@ func newConfig(b *dsync.Backend, name string, value []byte, opts *Options) (*lea
 		return nil, o, backends.Invalid("retry period", "%v is negative", o.RetryPeriod)
 	case o.ObserveInterval < 0:
 		return nil, o, backends.Invalid("observe interval", "%v is negative", o.ObserveInterval)
+	case b == nil:
+		return nil, o, backends.Invalid("backend", "nil")
+	case len(value) > backends.MaxValueSize:
+		return nil, o, backends.Invalid("candidate id", "%d bytes exceeds the maximum of %d", len(value), backends.MaxValueSize)
 	}
-	cfg, err := lease.New(b, name, 1, &lease.Options{
-		TTL: o.TTL, Value: value,
+	if err := backends.CheckKey(name); err != nil {
+		var ie *dsync.InvalidError
+		if errors.As(err, &ie) {
+			return nil, o, backends.Invalid("name", "%s", ie.Reason)
+		}
+		return nil, o, err
+	}
+	lo := &lease.Options{
+		TTL: o.TTL, Value: value, Retry: o.Retry,
 		DriftFactor: o.DriftFactor, DriftMin: o.DriftMin,
 		ReleaseTimeout: o.ReleaseTimeout,
 		ExtendInterval: o.RenewInterval, AutoExtend: true,
 		MaxHold: -1, // a leader leads for as long as it lives
-	})
-	if err != nil {
-		var ie *dsync.InvalidError
-		if errors.As(err, &ie) {
-			switch ie.Field {
-			case "key":
-				return nil, o, backends.Invalid("name", "%s", ie.Reason)
-			case "extend interval":
-				return nil, o, backends.Invalid("renew interval", "%s", ie.Reason)
-			case "value":
-				return nil, o, backends.Invalid("candidate id", "%s", ie.Reason)
-			}
-		}
-		return nil, o, err
 	}
-	cfg.SetKind(lease.Election)
+	// The checks against the TTL wait for one that leaves a validity;
+	// lease.New reports a TTL that does not.
+	r := lease.Resolve(b, lo)
+	validity := r.TTL - r.Drift(r.TTL)
 	if o.RetryPeriod == 0 {
-		o.RetryPeriod = max(min(cfg.TTL/4, DefaultMaxRetryPeriod), time.Millisecond)
+		o.RetryPeriod = max(min(r.TTL/4, DefaultMaxRetryPeriod), time.Millisecond)
 	}
-	if o.RetryPeriod >= cfg.TTL {
-		return nil, o, backends.Invalid("retry period", "%v is not below the ttl %v", o.RetryPeriod, cfg.TTL)
+	if validity > 0 {
+		switch {
+		case o.RenewInterval >= validity:
+			return nil, o, backends.Invalid("renew interval", "%v must be below the validity %v (ttl minus drift)", o.RenewInterval, validity)
+		case o.RetryPeriod >= r.TTL:
+			return nil, o, backends.Invalid("retry period", "%v is not below the ttl %v", o.RetryPeriod, r.TTL)
+		}
 	}
 	if o.ObserveInterval == 0 {
 		o.ObserveInterval = o.RetryPeriod
 	}
-	cfg.Retry = o.Retry
-	if cfg.Retry == nil {
-		if cfg.Retry, err = retry.NewConstant(&retry.ConstantOptions{Delay: o.RetryPeriod, Jitter: retryJitter}); err != nil {
+	if lo.Retry == nil {
+		var err error
+		if lo.Retry, err = retry.NewConstant(&retry.ConstantOptions{Delay: o.RetryPeriod, Jitter: retryJitter}); err != nil {
 			return nil, o, backends.Invalid("retry period", "%v", err)
 		}
+	}
+	cfg, err := lease.New(b, lease.Election, name, 1, lo)
+	if err != nil {
+		return nil, o, err
 	}
 	return cfg, o, nil
 }
@@ -324,7 +335,7 @@ func (o *Observer) Observe(ctx context.Context) <-chan dsync.LeaderInfo {
 
 func (o *Observer) observe(ctx context.Context, ch chan<- dsync.LeaderInfo) {
 	defer close(ch)
-	var wake <-chan struct{}
+	var wake <-chan backends.Notice
 	if sub, err := o.cfg.Driver.WatchReleases(ctx, o.name); err == nil {
 		defer sub.Close()
 		wake = sub.C()

@@ -99,7 +99,7 @@ var _ dsync.Locker = (*Locker)(nil)
 // default), or a TTL that the drift allowance leaves no validity is an
 // *dsync.InvalidError naming the problem.
 func New(b *dsync.Backend, key string, opts *Options) (*Locker, error) {
-	cfg, err := lease.New(b, key, 1, (*lease.Options)(opts))
+	cfg, err := lease.New(b, lease.Lock, key, 1, (*lease.Options)(opts))
 	if err != nil {
 		return nil, err
 	}

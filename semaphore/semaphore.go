@@ -50,11 +50,10 @@ var _ dsync.Semaphore = (*Semaphore)(nil)
 // *dsync.InvalidError naming both sizes, and Acquire does not retry it. A
 // semaphore of size 1 is the lock of the same name.
 func New(b *dsync.Backend, name string, size int, opts *Options) (*Semaphore, error) {
-	cfg, err := lease.New(b, name, size, (*lease.Options)(opts))
+	cfg, err := lease.New(b, lease.Semaphore, name, size, (*lease.Options)(opts))
 	if err != nil {
 		return nil, err
 	}
-	cfg.SetKind(lease.Semaphore)
 	return &Semaphore{cfg: cfg}, nil
 }
 

@@ -27,7 +27,7 @@ func testConfig(t *testing.T, d backends.Driver, key string, opts *Options) *Con
 		opts = &Options{}
 	}
 	opts.TTL = time.Second
-	c, err := New(b, key, 1, opts)
+	c, err := New(b, Lock, key, 1, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -331,11 +331,11 @@ func TestIdleSubscriptionServesNextAcquire(t *testing.T) {
 			t.Fatal(err)
 		}
 		b := testutil.NewBackend(t, d)
-		c, err := New(b, "k", 1, &Options{TTL: time.Minute, Retry: slow})
+		c, err := New(b, Lock, "k", 1, &Options{TTL: time.Minute, Retry: slow})
 		if err != nil {
 			t.Fatal(err)
 		}
-		other, err := New(testutil.NewBackend(t, d.Driver), "k", 1, &Options{TTL: time.Minute})
+		other, err := New(testutil.NewBackend(t, d.Driver), Lock, "k", 1, &Options{TTL: time.Minute})
 		if err != nil {
 			t.Fatal(err)
 		}

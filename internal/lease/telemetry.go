@@ -7,23 +7,15 @@ import (
 	"github.com/dsync-dev/dsync/internal/telemetry"
 )
 
-// The primitives a Config can serve, as its telemetry names them.
+// Kind is the primitive a Config serves, as its telemetry names it.
+type Kind = telemetry.Kind
+
+// The primitives a Config can serve.
 const (
 	Lock      = telemetry.Lock
 	Semaphore = telemetry.Semaphore
 	Election  = telemetry.Election
 )
-
-// SetKind sets the primitive c's leases serve, for telemetry: New assumes
-// a lock, or a semaphore above a limit of 1. An election's candidate ID is
-// c.Value. Call it right after New, before any lease is acquired.
-func (c *Config) SetKind(k telemetry.Kind) {
-	candidate := ""
-	if k == Election {
-		candidate = string(c.Value)
-	}
-	c.tel = telemetry.Of(c.Backend).Prim(k, c.Key, candidate)
-}
 
 // Telemetry returns the telemetry of c's primitive, for the hooks the
 // leader package adds (failover, observed changes).
@@ -48,12 +40,4 @@ func extendOutcome(err error) telemetry.ExtendOutcome {
 		return telemetry.ExtendNotHeld
 	}
 	return telemetry.ExtendFailed
-}
-
-// kindOf is the primitive New assumes for a limit.
-func kindOf(limit int) telemetry.Kind {
-	if limit > 1 {
-		return Semaphore
-	}
-	return Lock
 }

@@ -179,24 +179,27 @@ func Do(ctx context.Context, l Locker, fn func(ctx context.Context) error) error
 	return RunLeased(ctx, lease, fn)
 }
 
-// RunLeased runs fn while lease is held: it starts auto-extension, cancels
-// fn's context with the lease's error as cause when the lease is lost, and
-// releases the lease when fn returns, or panics (the panic then goes on).
-// A loss while fn ran is recorded as an event on the span in ctx.
-// Do, semaphore.Do and leader.Run are built on it; use it directly for a
-// lease obtained some other way. The result is the same as Do's. It calls
-// only the lease's AutoExtend, Done, Err and Release, and returns once the
-// goroutine that watches the lease has stopped.
-func RunLeased(ctx context.Context, lease Lease, fn func(ctx context.Context) error) (err error) {
-	lease.AutoExtend()
+// RunLeased runs fn while h is held: it starts auto-extension, cancels
+// fn's context with h's error as cause when h is lost, and releases h when
+// fn returns, or panics (the panic then goes on). A loss while fn ran is
+// recorded as an event on the span in ctx. Do, semaphore.Do and leader.Run
+// are built on it; use it directly for a lease obtained some other way.
+// The result is the same as Do's. It returns once the goroutine that
+// watches h has stopped.
+//
+// h is any value with the four methods of a Lease that RunLeased calls:
+// AutoExtend, Done, Err and Release, with a Lease's meaning. Every Lease
+// and Permit has them.
+func RunLeased(ctx context.Context, h held, fn func(ctx context.Context) error) (err error) {
+	h.AutoExtend()
 	runCtx, cancel := context.WithCancelCause(ctx)
 	stopWatch := make(chan struct{})
 	watchDone := make(chan struct{})
 	go func() {
 		defer close(watchDone)
 		select {
-		case <-lease.Done():
-			cancel(lease.Err())
+		case <-h.Done():
+			cancel(h.Err())
 		case <-stopWatch:
 		}
 	}()
@@ -205,8 +208,8 @@ func RunLeased(ctx context.Context, lease Lease, fn func(ctx context.Context) er
 		close(stopWatch)
 		<-watchDone
 		cancel(nil)
-		relErr := lease.Release(ctx)
-		switch lost := lease.Err(); {
+		relErr := h.Release(ctx)
+		switch lost := h.Err(); {
 		case !errors.Is(lost, ErrLeaseLost):
 			err = errors.Join(fnErr, relErr)
 		case fnErr != nil:
@@ -219,4 +222,12 @@ func RunLeased(ctx context.Context, lease Lease, fn func(ctx context.Context) er
 	}()
 	fnErr = fn(runCtx)
 	return nil // set by the deferred release
+}
+
+// held is what RunLeased needs of a hold: the methods of Lease it calls.
+type held interface {
+	AutoExtend()
+	Done() <-chan struct{}
+	Err() error
+	Release(ctx context.Context) error
 }

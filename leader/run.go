@@ -109,7 +109,7 @@ func lead(ctx context.Context, l dsync.Leadership, fn func(context.Context, uint
 			o.OnStopped(term, fmt.Errorf("leader: fn panicked in term %d", term))
 		}
 	}()
-	outcome := dsync.RunLeased(ctx, termLease{l}, func(ctx context.Context) error {
+	outcome := dsync.RunLeased(ctx, resigning{l}, func(ctx context.Context) error {
 		if o.OnStarted != nil {
 			o.OnStarted(term)
 		}
@@ -124,18 +124,9 @@ func lead(ctx context.Context, l dsync.Leadership, fn func(context.Context, uint
 	return errors.Is(l.Err(), dsync.ErrLeaseLost), fnErr
 }
 
-// termLease is a term seen as the lease that dsync.RunLeased runs fn
-// under. RunLeased calls only AutoExtend (a no-op: a term renews itself),
-// Done, Err and Release (Resign); Key, Expires, Validity and Extend are
-// there for the interface and report nothing.
-type termLease struct{ dsync.Leadership }
+// resigning is a term as dsync.RunLeased holds it: releasing it resigns,
+// and AutoExtend has nothing to start (a term renews itself).
+type resigning struct{ dsync.Leadership }
 
-var _ dsync.Lease = termLease{}
-
-func (t termLease) Token() uint64                     { return t.Term() }
-func (t termLease) Release(ctx context.Context) error { return t.Resign(ctx) }
-func (termLease) AutoExtend()                         {}
-func (termLease) Key() string                         { return "" }
-func (termLease) Expires() time.Time                  { return time.Time{} }
-func (termLease) Validity() time.Duration             { return 0 }
-func (termLease) Extend(context.Context) error        { return dsync.ErrUnsupported }
+func (t resigning) Release(ctx context.Context) error { return t.Resign(ctx) }
+func (resigning) AutoExtend()                         {}

@@ -7,6 +7,8 @@
 // next. Policies never give up on their own unless MaxTries or MaxWait is
 // set (unlike backoff.ExponentialBackOff's default 15-minute limit): the
 // caller's context is the normal way to bound a wait.
+//
+// A bad option is an error that names it and matches dsync.ErrInvalid.
 package retry
 
 import (
@@ -104,7 +106,7 @@ func NewExponential(opts *ExponentialOptions) (Policy, error) {
 		o.Jitter = DefaultJitter
 	}
 	p := &policy{min: o.Min, max: o.Max, multiplier: o.Multiplier, jitter: o.Jitter, maxTries: o.MaxTries, maxWait: o.MaxWait}
-	if err := p.validate(); err != nil {
+	if err := p.validate("min"); err != nil {
 		return nil, err
 	}
 	return p, nil
@@ -124,7 +126,7 @@ func NewConstant(opts *ConstantOptions) (Policy, error) {
 		o.Jitter = DefaultJitter
 	}
 	p := &policy{min: o.Delay, max: o.Delay, multiplier: 1, jitter: o.Jitter, maxTries: o.MaxTries, maxWait: o.MaxWait}
-	if err := p.validate(); err != nil {
+	if err := p.validate("delay"); err != nil {
 		return nil, err
 	}
 	return p, nil
@@ -136,23 +138,44 @@ func Default() Policy {
 	return p
 }
 
-func (p *policy) validate() error {
+// validate checks p, whose first delay the options name minName.
+func (p *policy) validate(minName string) error {
 	switch {
 	case p.min <= 0:
-		return fmt.Errorf("dsync: invalid retry delay: %v is not positive", p.min)
+		return invalid(minName, "%v is not positive", p.min)
 	case p.max < p.min:
-		return fmt.Errorf("dsync: invalid retry max: %v is below the minimum delay %v", p.max, p.min)
+		return invalid("max", "%v is below the minimum delay %v", p.max, p.min)
 	case p.multiplier < 1:
-		return fmt.Errorf("dsync: invalid retry multiplier: %v is below 1", p.multiplier)
+		return invalid("multiplier", "%v is below 1", p.multiplier)
 	case p.jitter <= 0 || p.jitter >= 1:
-		return fmt.Errorf("dsync: invalid retry jitter: %v is not in (0, 1)", p.jitter)
+		return invalid("jitter", "%v is not in (0, 1)", p.jitter)
 	case p.maxTries < 0:
-		return fmt.Errorf("dsync: invalid retry max tries: %d is negative", p.maxTries)
+		return invalid("max tries", "%d is negative", p.maxTries)
 	case p.maxWait < 0:
-		return fmt.Errorf("dsync: invalid retry max wait: %v is negative", p.maxWait)
+		return invalid("max wait", "%v is negative", p.maxWait)
 	}
 	return nil
 }
+
+// invalidError is a bad option of a policy. This package imports the
+// standard library and backoff only, so it cannot name dsync.ErrInvalid
+// (backends.ErrInvalid, the same value): it matches the sentinel by its
+// text, which TestInvalidOptions holds to.
+type invalidError struct {
+	field, reason string
+}
+
+// errInvalidText is the text of dsync.ErrInvalid (backends.ErrInvalid).
+const errInvalidText = "dsync: invalid argument"
+
+func invalid(field, format string, args ...any) error {
+	return &invalidError{field: "retry " + field, reason: fmt.Sprintf(format, args...)}
+}
+
+func (e *invalidError) Error() string { return "dsync: invalid " + e.field + ": " + e.reason }
+
+// Is makes errors.Is(err, dsync.ErrInvalid) true.
+func (e *invalidError) Is(target error) bool { return target.Error() == errInvalidText }
 
 func (p *policy) Start() Backoff {
 	b := backoff.NewExponentialBackOff(

@@ -3,10 +3,13 @@ package retry_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/dsync-dev/dsync"
 	"github.com/dsync-dev/dsync/retry"
 )
 
@@ -131,20 +134,41 @@ func TestWait(t *testing.T) {
 	})
 }
 
+// TestInvalidOptions: every bad option of each constructor is an error
+// that matches dsync.ErrInvalid and names the option, and no policy.
 func TestInvalidOptions(t *testing.T) {
-	for name, fn := range map[string]func() (retry.Policy, error){
-		"negative min": func() (retry.Policy, error) { return retry.NewExponential(&retry.ExponentialOptions{Min: -1}) },
-		"max below min": func() (retry.Policy, error) {
+	for _, tc := range []struct {
+		name, field string
+		fn          func() (retry.Policy, error)
+	}{
+		{"negative min", "retry min", func() (retry.Policy, error) { return retry.NewExponential(&retry.ExponentialOptions{Min: -1}) }},
+		{"max below min", "retry max", func() (retry.Policy, error) {
 			return retry.NewExponential(&retry.ExponentialOptions{Min: time.Second, Max: time.Millisecond})
-		},
-		"multiplier below1": func() (retry.Policy, error) { return retry.NewExponential(&retry.ExponentialOptions{Multiplier: 0.5}) },
-		"jitter 1":          func() (retry.Policy, error) { return retry.NewExponential(&retry.ExponentialOptions{Jitter: 1}) },
-		"negative tries":    func() (retry.Policy, error) { return retry.NewConstant(&retry.ConstantOptions{MaxTries: -1}) },
-		"negative wait":     func() (retry.Policy, error) { return retry.NewConstant(&retry.ConstantOptions{MaxWait: -1}) },
-		"negative delay":    func() (retry.Policy, error) { return retry.NewConstant(&retry.ConstantOptions{Delay: -1}) },
+		}},
+		{"multiplier below 1", "retry multiplier", func() (retry.Policy, error) {
+			return retry.NewExponential(&retry.ExponentialOptions{Multiplier: 0.5})
+		}},
+		{"exponential jitter 1", "retry jitter", func() (retry.Policy, error) { return retry.NewExponential(&retry.ExponentialOptions{Jitter: 1}) }},
+		{"exponential negative tries", "retry max tries", func() (retry.Policy, error) {
+			return retry.NewExponential(&retry.ExponentialOptions{MaxTries: -1})
+		}},
+		{"exponential negative wait", "retry max wait", func() (retry.Policy, error) {
+			return retry.NewExponential(&retry.ExponentialOptions{MaxWait: -1})
+		}},
+		{"negative delay", "retry delay", func() (retry.Policy, error) { return retry.NewConstant(&retry.ConstantOptions{Delay: -1}) }},
+		{"constant negative jitter", "retry jitter", func() (retry.Policy, error) { return retry.NewConstant(&retry.ConstantOptions{Jitter: -0.5}) }},
+		{"constant negative tries", "retry max tries", func() (retry.Policy, error) { return retry.NewConstant(&retry.ConstantOptions{MaxTries: -1}) }},
+		{"constant negative wait", "retry max wait", func() (retry.Policy, error) { return retry.NewConstant(&retry.ConstantOptions{MaxWait: -1}) }},
 	} {
-		if p, err := fn(); err == nil || p != nil {
-			t.Errorf("%s: got a policy, want an error", name)
+		p, err := tc.fn()
+		if p != nil {
+			t.Errorf("%s: got a policy, want none", tc.name)
+		}
+		if !errors.Is(err, dsync.ErrInvalid) || !strings.Contains(fmt.Sprint(err), "invalid "+tc.field+":") {
+			t.Errorf("%s: %v, want an error matching dsync.ErrInvalid that names %q", tc.name, err, tc.field)
+		}
+		if errors.Is(err, dsync.ErrNotAcquired) {
+			t.Errorf("%s: %v matches dsync.ErrNotAcquired too", tc.name, err)
 		}
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,12 +14,15 @@ import (
 
 	"github.com/dsync-dev/dsync/backends"
 	"github.com/dsync-dev/dsync/internal/redisnode"
+	"github.com/dsync-dev/dsync/internal/testenv/redistest"
 	"github.com/dsync-dev/dsync/internal/testenv/testutil"
+	"github.com/dsync-dev/dsync/locker"
 	"github.com/dsync-dev/dsync/redlock"
+	"github.com/dsync-dev/dsync/retry"
 )
 
-// The line of waiters (issue 21) over a quorum, on separate drivers, as
-// separate processes would see it.
+// The line of waiters over a quorum, on separate drivers, as separate
+// processes would see it.
 
 var orderTokens atomic.Int64
 
@@ -223,4 +228,95 @@ func TestSemaphoreKeepsNoLine(t *testing.T) {
 		t.Fatal(err)
 	}
 	grant(t, ctx, ds[1], sem(""), "a lone attempt on a freed slot")
+}
+
+// TestNothingLeftBehind: clients contending on a hot lock and on many
+// names, some Acquires giving up, a waiter that dies in line without a
+// word, and a master restarted from its append-only file meanwhile, leave
+// no key but the fence counters on any master two TTLs after the last of
+// them ends: no line, place or reservation outlives its last live waiter
+// by more than that waiter's TTL.
+func TestNothingLeftBehind(t *testing.T) {
+	t.Parallel()
+	servers := agedServers(t, 5, &redistest.Options{Persistent: true})
+	ctx := testutil.Context(t)
+	const ttl = faultMaxTTL
+	url := redlockURL(servers, faultQuery(""))
+	quick, err := retry.NewConstant(&retry.ConstantOptions{Delay: 20 * time.Millisecond, Jitter: 0.5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prefix := testutil.UniqueKey(t)
+	keys := []string{prefix + "-hot", prefix + "-hot"} // the hot key, twice as often
+	for i := range 4 {
+		keys = append(keys, fmt.Sprintf("%s-%d", prefix, i))
+	}
+
+	// A waiter that dies in line: its attempt is refused, and it never
+	// comes back nor leaves.
+	_, d := openBackend(t, url)
+	hold := orderReq(keys[0], "")
+	grant(t, ctx, d, hold, "the hot key's first holder")
+	refuse(t, ctx, d, orderReq(keys[0], orderWaiter(0, "dead")), "a waiter that dies in line")
+	// An Acquire that gives up in line.
+	b, _ := openBackend(t, url)
+	l, err := locker.New(b, keys[0], &locker.Options{TTL: ttl, Retry: quick})
+	if err != nil {
+		t.Fatal(err)
+	}
+	actx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	_, err = l.Acquire(actx)
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("an Acquire of a held lock, for 100ms: %v, want it to give up", err)
+	}
+	if err := d.Release(ctx, keys[0], hold.Token); err != nil {
+		t.Fatal(err)
+	}
+
+	const clients, cycles = 4, 15
+	var wg sync.WaitGroup
+	var grants, gaveUp atomic.Int64
+	for c := range clients {
+		b, _ := openBackend(t, url)
+		wg.Go(func() {
+			for i := range cycles {
+				l, err := locker.New(b, keys[(c+i)%len(keys)], &locker.Options{TTL: ttl, Retry: quick})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				actx, cancel := context.WithTimeout(ctx, 150*time.Millisecond)
+				lease, err := l.Acquire(actx)
+				cancel()
+				if err != nil {
+					gaveUp.Add(1)
+					continue
+				}
+				grants.Add(1)
+				time.Sleep(10 * time.Millisecond) // the work under the lock
+				_ = lease.Release(ctx)
+			}
+		})
+		if c == clients/2 {
+			if err := servers[0].Restart(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	wg.Wait()
+	ended := time.Now()
+	t.Logf("%d grants, %d Acquires gave up", grants.Load(), gaveUp.Load())
+	if grants.Load() == 0 {
+		t.Fatal("no grants: the run did not run as meant")
+	}
+	time.Sleep(time.Until(ended.Add(2 * ttl))) // a clock to wait out
+	for i, s := range servers {
+		c := s.NewClient(t)
+		for _, k := range c.Keys(ctx, "*").Val() {
+			if !strings.Contains(k, "fence:") {
+				t.Errorf("master %d keeps %q (%s, ttl %v) two TTLs after the last client ended", i, k, c.Type(ctx, k).Val(), c.PTTL(ctx, k).Val())
+			}
+		}
+	}
 }

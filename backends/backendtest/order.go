@@ -111,3 +111,50 @@ func (s *suite) orderTrial(t *testing.T) ([]int, error) {
 	}
 	return got, nil
 }
+
+// testHandOver: the two contracts of Capabilities.Order. A release with a
+// waiter in line keeps the lock for that waiter: an attempt naming no
+// waiter is refused at once. Under BoundedBarging the lock is free for
+// anybody once backends.HandOver has passed without the heir; under
+// StrictOrder it stays the heir's while its place lives (its TTL, here far
+// longer than the window). Either way the heir's own attempt then takes
+// it.
+func (s *suite) testHandOver(t *testing.T) {
+	order := s.backend(t).Driver().Capabilities().Order
+	if order == backends.NoOrder {
+		t.Skip("the driver keeps no line")
+	}
+	ctx := testutil.Context(t)
+	key := testutil.UniqueKey(t)
+	holder, heir, other := s.backend(t).Driver(), s.backend(t).Driver(), s.backend(t).Driver()
+	ttl := max(4*s.h.ShortTTL, 10*time.Second)
+	req := func(token, waiter string) backends.Request {
+		return backends.Request{Key: key, Token: token, TTL: ttl, Waiter: waiter}
+	}
+	const w = "0000000000000001-heir"
+	testutil.MustGrant(t, ctx, holder, req("holder", ""))
+	testutil.WantNotAcquired(t, ctx, heir, req("heir-1", w))
+	if err := holder.Release(ctx, key, "holder"); err != nil {
+		t.Fatal(err)
+	}
+	released := time.Now()
+	testutil.WantNotAcquired(t, ctx, other, req("lone-1", ""))
+	switch order {
+	case backends.BoundedBarging:
+		var took time.Time
+		testutil.Eventually(t, backends.HandOver+5*time.Second, "a lone attempt to take the lock once the window lapsed", func() bool {
+			_, err := other.Acquire(ctx, req("lone-"+testutil.UniqueKey(t), ""))
+			took = time.Now()
+			return err == nil
+		})
+		if took.Sub(released) < backends.HandOver {
+			t.Fatalf("a lone attempt took the lock %v after its release, within the hand-over window %v", took.Sub(released), backends.HandOver)
+		}
+	case backends.StrictOrder:
+		time.Sleep(2 * backends.HandOver) // a clock to wait out: the window a bounded driver would keep
+		testutil.WantNotAcquired(t, ctx, other, req("lone-2", ""))
+		testutil.MustGrant(t, ctx, heir, req("heir-2", w))
+	default:
+		t.Fatalf("unknown order %v", order)
+	}
+}

@@ -30,7 +30,13 @@ type linesKey struct{}
 // linesOf returns b's waiting lines, looked up once per primitive (New),
 // not once per Acquire.
 func linesOf(b *dsync.Backend) *lines {
-	return b.State(linesKey{}, func() any { return &lines{m: map[string]*line{}, idleSubs: idleSubs{idle: map[string]idleSub{}}} }).(*lines)
+	return b.State(linesKey{}, func() any { return newLines(maxIdle) }).(*lines)
+}
+
+// newLines returns empty lines that keep at most keep idle subscriptions
+// (see linger.go).
+func newLines(keep int) *lines {
+	return &lines{m: map[string]*line{}, idleSubs: idleSubs{idle: map[string]idleSub{}, keep: keep}}
 }
 
 // line is the queue of one key while some waiter is at its head: turns
@@ -42,11 +48,6 @@ type line struct {
 	turns []chan struct{}
 	sub   backends.Subscription
 }
-
-// headOnly is the line of a key whose head has nobody behind it, shared by
-// all such keys (never modified), so that an uncontended Acquire allocates
-// no line.
-var headOnly = &line{}
 
 // turn is a waiter's place at the head of a line.
 type turn struct {
@@ -66,10 +67,6 @@ func waitTurn(ctx context.Context, c *Config) (turn, error) {
 		ls.m[c.Key] = ls.adoptLocked(c.Key)
 		ls.mu.Unlock()
 		return t, nil
-	}
-	if l == headOnly {
-		l = &line{}
-		ls.m[c.Key] = l
 	}
 	ch := make(chan struct{})
 	l.turns = append(l.turns, ch)
@@ -109,11 +106,6 @@ func (t turn) watch(ctx context.Context, d backends.Driver) (sub backends.Subscr
 		return nil, false, err
 	}
 	t.ls.mu.Lock()
-	l = t.ls.m[t.key] // a waiter may have joined meanwhile, making a line
-	if l == headOnly {
-		l = &line{}
-		t.ls.m[t.key] = l
-	}
 	l.sub = sub
 	t.ls.mu.Unlock()
 	return sub, true, nil
@@ -135,7 +127,7 @@ func (t turn) pass() {
 	ls := t.ls
 	ls.mu.Lock()
 	l := ls.m[t.key]
-	if l != headOnly && len(l.turns) > 0 {
+	if len(l.turns) > 0 {
 		next := l.turns[0]
 		l.turns = l.turns[1:]
 		close(next)

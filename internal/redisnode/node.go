@@ -23,8 +23,8 @@ import (
 const (
 	// MaxSetSize bounds the single-server semaphore, a sorted set of
 	// holders (backends/redis): one script prunes its expired holders, and
-	// the server serves nobody else meanwhile (4096 holders with values: 8
-	// to 16 ms on a loaded 2-core machine).
+	// the server serves nobody else meanwhile (docs/performance.md gives
+	// the time for a full set).
 	MaxSetSize = 4096
 	// MaxSlots bounds the Redlock semaphore, one lock per slot (redlock):
 	// an attempt on a full one makes a round per slot, and the slot's

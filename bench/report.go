@@ -43,7 +43,8 @@ type SemFreeSummary struct {
 	VsLock Spread `json:"vs_lock"`
 }
 
-// Check is one target of issue 9 and what this run measured against it.
+// Check is one of the guard rails (DESIGN.md, "Speed is measured") and what
+// this run measured against it.
 type Check struct {
 	What     string `json:"what"`
 	Goal     string `json:"goal"`
@@ -167,7 +168,7 @@ func labelOf(t TargetInfo) string {
 func cycTarget(c CycleSummary) TargetInfo { return c.Target }
 func conTarget(c ContSummary) TargetInfo  { return c.Target }
 
-// checks compares the summaries with issue 9's targets. Per-operation cost
+// checks compares the summaries with the guard rails. Per-operation cost
 // is judged on the pinned run when there is one.
 func checks(s *Summary) []Check {
 	var out []Check

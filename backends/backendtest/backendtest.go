@@ -65,6 +65,7 @@ func Run(t *testing.T, h Harness) {
 		{"HolderValue", s.testHolderValue},
 		{"Hammer", s.testHammer},
 		{"ServedInOrder", s.testServedInOrder},
+		{"HandOver", s.testHandOver},
 		{"ReleaseWakesWaiter", s.testWake},
 		{"Health", s.testHealth},
 	})

@@ -18,7 +18,7 @@ import (
 
 func TestCapabilities(t *testing.T) {
 	got := memory.New(nil).Capabilities()
-	want := backends.Capabilities{Name: "memory", MaxLimit: 1 << 20, Fencing: true, TTLResolution: time.Millisecond, ReleaseNotices: true, Ordered: true}
+	want := backends.Capabilities{Name: "memory", MaxLimit: 1 << 20, Fencing: true, TTLResolution: time.Millisecond, ReleaseNotices: true, Order: backends.BoundedBarging}
 	if got != want {
 		t.Fatalf("Capabilities() = %+v, want %+v", got, want)
 	}

@@ -10,7 +10,6 @@ import (
 
 	"github.com/dsync-dev/dsync/backends"
 	"github.com/dsync-dev/dsync/backends/redis"
-	"github.com/dsync-dev/dsync/internal/redisnode"
 	"github.com/dsync-dev/dsync/internal/testenv/redistest"
 	"github.com/dsync-dev/dsync/internal/testenv/testutil"
 )
@@ -131,7 +130,7 @@ func TestHandOverWindowLapses(t *testing.T) {
 		t.Fatal(err)
 	}
 	testutil.WantNotAcquired(t, ctx, ds[2], backends.Request{Key: key, Token: "lone", TTL: time.Second})
-	time.Sleep(redisnode.HandOver + 20*time.Millisecond)
+	time.Sleep(backends.HandOver + 20*time.Millisecond)
 	testutil.MustGrant(t, ctx, ds[2], backends.Request{Key: key, Token: "lone", TTL: time.Second})
 }
 
@@ -264,11 +263,11 @@ func TestSemaphoreKeepsNoLine(t *testing.T) {
 	testutil.MustGrant(t, ctx, ds[2], sem("lone", ""))
 }
 
-// TestNoticeWakesTheHeir: a release that keeps the lock for a waiter
-// wakes the watchers of the driver that put that waiter in line, not the
-// others (they would be refused); a release that finds only lapsed
-// places in line wakes everyone, and one with nobody in line, nobody.
-func TestNoticeWakesTheHeir(t *testing.T) {
+// TestNoticeNamesTheHeir: a release that keeps the lock for a waiter
+// tells every watcher, in every driver, whom it is kept for (drivers keep
+// no record of who waits); a release that finds only lapsed places in line
+// tells them the lock is free, and one with nobody in line tells nobody.
+func TestNoticeNamesTheHeir(t *testing.T) {
 	srv := redistest.Start(t, nil)
 	ctx := testutil.Context(t)
 	ds := drivers(t, srv, 3)
@@ -294,22 +293,21 @@ func TestNoticeWakesTheHeir(t *testing.T) {
 	testutil.Eventually(t, 5*time.Second, "the subscriptions", func() bool {
 		return admin.PubSubNumSub(ctx, channel).Val()[channel] == 3
 	})
-	woken := func(i int, within time.Duration) bool {
+	notice := func(i int, within time.Duration) (backends.Notice, bool) {
 		select {
-		case <-subs[i].C():
-			return true
+		case n := <-subs[i].C():
+			return n, true
 		case <-time.After(within):
-			return false
+			return backends.Notice{}, false
 		}
 	}
 	if err := ds[0].Release(ctx, key, "holder"); err != nil {
 		t.Fatal(err)
 	}
-	if !woken(1, 5*time.Second) {
-		t.Fatal("the heir's driver was not woken")
-	}
-	if woken(2, 100*time.Millisecond) {
-		t.Error("a release that kept the lock for a woke b, who is behind a")
+	for i := range ds {
+		if n, ok := notice(i, 5*time.Second); !ok || n.Heir != a {
+			t.Errorf("driver %d: notice %+v (received %v) after a release that kept the lock for a, want one naming a", i, n, ok)
+		}
 	}
 	r := waiterReq(key, a, true)
 	testutil.MustGrant(t, ctx, ds[1], r)
@@ -322,8 +320,8 @@ func TestNoticeWakesTheHeir(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range ds {
-		if !woken(i, 5*time.Second) {
-			t.Errorf("driver %d not woken by a release that left the lock free", i)
+		if n, ok := notice(i, 5*time.Second); !ok || n.Heir != "" {
+			t.Errorf("driver %d: notice %+v (received %v) after a release that left the lock free, want one naming no heir", i, n, ok)
 		}
 	}
 	// That release took b out of the line: nobody waits, and the next
@@ -334,8 +332,8 @@ func TestNoticeWakesTheHeir(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range ds {
-		if woken(i, 100*time.Millisecond) {
-			t.Errorf("driver %d woken by a release that nobody waited for", i)
+		if n, ok := notice(i, 100*time.Millisecond); ok {
+			t.Errorf("driver %d: notice %+v after a release that nobody waited for", i, n)
 		}
 	}
 }

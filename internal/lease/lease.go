@@ -67,10 +67,10 @@ type Lease struct {
 	expires    time.Time
 	extensions int
 	err        error       // nil while held
-	timer      *time.Timer // ends the lease when its validity runs out; armed by Done
+	timer      *time.Timer // ends the lease when its validity runs out
 	stopReason string      // why auto-extension stopped, for the loss message
 
-	done     chan struct{} // made by Done, closed by end; protected by mu
+	done     chan struct{} // closed by end
 	autoOnce sync.Once
 	autoWG   sync.WaitGroup // the auto-extension goroutine
 	// autoCtx ends when the lease does, cutting short an extension in
@@ -85,8 +85,11 @@ var _ dsync.Lease = (*Lease)(nil)
 func newLease(cfg *Config, key, token string, g backends.Grant, start time.Time, expires time.Time) *Lease {
 	l := &Lease{
 		cfg: cfg, key: key, token: token, fence: g.Fence, ttl: g.TTL, acquired: start,
-		expires: expires,
+		expires: expires, done: make(chan struct{}),
 	}
+	l.mu.Lock() // onTimer may run before AfterFunc returns
+	l.timer = time.AfterFunc(time.Until(expires), l.onTimer)
+	l.mu.Unlock()
 	return l
 }
 
@@ -120,24 +123,8 @@ func (l *Lease) Validity() time.Duration {
 	return max(time.Until(l.expires), 0)
 }
 
-// Done implements dsync.Lease. The channel and the timer that closes it
-// when the validity runs out are made on the first call: a lease whose
-// Done is never asked for costs no timer (the other methods check the
-// validity themselves).
-func (l *Lease) Done() <-chan struct{} {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.done == nil {
-		l.lapse()
-		l.done = make(chan struct{})
-		if l.err != nil {
-			close(l.done)
-		} else {
-			l.timer = time.AfterFunc(time.Until(l.expires), l.onTimer)
-		}
-	}
-	return l.done
-}
+// Done implements dsync.Lease.
+func (l *Lease) Done() <-chan struct{} { return l.done }
 
 // Err implements dsync.Lease. A lease whose validity has run out reports
 // its loss at once, even when the process was paused and its timer has not
@@ -156,15 +143,11 @@ func (l *Lease) end(err error, cause telemetry.Cause) {
 	}
 	l.err = err
 	l.cfg.tel.Ended(l.acquired, cause, err)
-	if l.timer != nil {
-		l.timer.Stop()
-	}
+	l.timer.Stop()
 	if l.autoCancel != nil {
 		l.autoCancel()
 	}
-	if l.done != nil {
-		close(l.done)
-	}
+	close(l.done)
 }
 
 // onTimer runs when the validity may have run out.
@@ -243,9 +226,7 @@ func (l *Lease) Extend(ctx context.Context) (err error) {
 		}
 		if exp := start.Add(l.ttl - l.cfg.Drift(l.ttl)); exp.After(l.expires) {
 			l.expires = exp
-			if l.timer != nil {
-				l.timer.Reset(time.Until(exp))
-			}
+			l.timer.Reset(time.Until(exp))
 		}
 		l.extensions++
 		return nil
@@ -301,8 +282,8 @@ func (l *Lease) autoExtend() {
 			return
 		default:
 			// Transient failure: try again soon, while validity lasts;
-			// the next Extend (or Done's timer) ends the lease once it
-			// has run out.
+			// the timer (or the next Extend) ends the lease once it has
+			// run out.
 			t.Reset(max(interval/4, time.Millisecond))
 		}
 	}

@@ -11,10 +11,7 @@ import (
 	"github.com/dsync-dev/dsync"
 	"github.com/dsync-dev/dsync/backends"
 	"github.com/dsync-dev/dsync/backends/memory"
-	"github.com/dsync-dev/dsync/backends/redis"
-	mix "github.com/dsync-dev/dsync/internal/testenv/interleave"
 	"github.com/dsync-dev/dsync/internal/testenv/leakcheck"
-	"github.com/dsync-dev/dsync/internal/testenv/redistest"
 	"github.com/dsync-dev/dsync/internal/testenv/testutil"
 	"github.com/dsync-dev/dsync/retry"
 )
@@ -47,7 +44,6 @@ func TestLateTimerStillReportsLoss(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		l.Done() // arms the timer
 		l.mu.Lock()
 		l.timer.Stop() // as if the process were paused: the timer fires late
 		l.mu.Unlock()
@@ -72,10 +68,9 @@ func TestLateTimerStillReportsLoss(t *testing.T) {
 	})
 }
 
-// TestDoneWithoutTimerUntilAsked: Done, asked for before the validity runs
-// out, is closed when it does; asked for after, it is closed already. A
-// lease never asked costs no timer.
-func TestDoneWithoutTimerUntilAsked(t *testing.T) {
+// TestDoneClosesWhenValidityRunsOut: Done, asked for before the validity
+// runs out, is closed when it does; asked for after, it is closed already.
+func TestDoneClosesWhenValidityRunsOut(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := t.Context()
 		d := memory.New(nil)
@@ -86,9 +81,6 @@ func TestDoneWithoutTimerUntilAsked(t *testing.T) {
 		late, err := testConfig(t, d, "late", nil).Attempt(ctx)
 		if err != nil {
 			t.Fatal(err)
-		}
-		if late.timer != nil {
-			t.Fatal("a timer was armed before Done was asked for")
 		}
 		done := early.Done()
 		time.Sleep(500 * time.Millisecond)
@@ -408,52 +400,4 @@ func TestIdleSubscriptionServesNextAcquire(t *testing.T) {
 			t.Errorf("%d subscriptions closed once the backend was, want 2", n)
 		}
 	})
-}
-
-// BenchmarkDoneTimer interleaves (package interleave) an uncontended lock
-// cycle, TryAcquire then Release, whose Done is never asked for (lazy)
-// with the same cycle asking for Done right after the grant (eager), which
-// makes the channel and arms the timer as a lease that made them at grant
-// would; on the memory backend and on a Redis server on loopback. It
-// reports each cycle's mean and eager/lazy: what making them on first use
-// saves a lease whose Done is never asked for.
-func BenchmarkDoneTimer(b *testing.B) {
-	client := redistest.Start(b, nil).NewClient(b)
-	for _, d := range []struct {
-		name   string
-		driver func() backends.Driver
-	}{
-		{"memory", func() backends.Driver { return memory.New(nil) }},
-		{"redis", func() backends.Driver {
-			d, err := redis.New(client, nil)
-			if err != nil {
-				b.Fatal(err)
-			}
-			return d
-		}},
-	} {
-		b.Run("backend="+d.name, func(b *testing.B) {
-			c, err := New(testutil.NewBackend(b, d.driver()), Lock, "bench", 1, &Options{TTL: 10 * time.Second})
-			if err != nil {
-				b.Fatal(err)
-			}
-			ctx := context.Background()
-			cycle := func(done bool) func() {
-				return func() {
-					l, err := c.TryAcquire(ctx)
-					if err != nil {
-						b.Fatal(err)
-					}
-					if done {
-						l.Done()
-					}
-					if err := l.Release(ctx); err != nil {
-						b.Fatal(err)
-					}
-				}
-			}
-			r := mix.Run(b, &mix.Options{Warm: 300}, mix.Case{Name: "lazy", Run: cycle(false)}, mix.Case{Name: "eager", Run: cycle(true)})
-			mix.ReportRatio(b, "eager/lazy", r["eager"], r["lazy"])
-		})
-	}
 }

@@ -125,9 +125,9 @@ func (l *Locker) Acquire(ctx context.Context) (dsync.Lease, error) {
 	return ls, nil
 }
 
-// TryAcquire implements dsync.Locker: one attempt, bounded by the attempt
-// timeout. A lock held by another owner gives an error matching
-// dsync.ErrNotAcquired.
+// TryAcquire implements dsync.Locker: one attempt, bounded by ctx and the
+// backend's request timeout. A lock held by another owner gives an error
+// matching dsync.ErrNotAcquired.
 func (l *Locker) TryAcquire(ctx context.Context) (dsync.Lease, error) {
 	ls, err := l.cfg.TryAcquire(ctx)
 	if err != nil {

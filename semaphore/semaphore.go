@@ -25,9 +25,9 @@ import (
 )
 
 // Options configure a Semaphore: the same options, with the same defaults
-// and checks, as a Locker's (TTL, retry policy, drift, attempt and release
-// timeouts, fencing, auto-extension and its bounds). Value is stored with
-// each permit. A nil *Options means defaults.
+// and checks, as a Locker's (TTL, retry policy, drift, release timeout,
+// fencing, auto-extension and its bounds). Value is stored with each
+// permit. A nil *Options means defaults.
 type Options = locker.Options
 
 // Semaphore hands out permits of one name on one backend. It is safe for

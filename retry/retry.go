@@ -13,10 +13,11 @@ package retry
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
+
+	"github.com/dsync-dev/dsync/backends"
 )
 
 // Policy makes backoffs.
@@ -157,25 +158,12 @@ func (p *policy) validate(minName string) error {
 	return nil
 }
 
-// invalidError is a bad option of a policy. This package imports the
-// standard library and backoff only, so it cannot name dsync.ErrInvalid
-// (backends.ErrInvalid, the same value): it matches the sentinel by its
-// text, which TestInvalidOptions holds to.
-type invalidError struct {
-	field, reason string
-}
-
-// errInvalidText is the text of dsync.ErrInvalid (backends.ErrInvalid).
-const errInvalidText = "dsync: invalid argument"
-
+// invalid is the error of a bad option of a policy: a
+// *backends.InvalidError (dsync.InvalidError), which matches
+// dsync.ErrInvalid, naming the option.
 func invalid(field, format string, args ...any) error {
-	return &invalidError{field: "retry " + field, reason: fmt.Sprintf(format, args...)}
+	return backends.Invalid("retry "+field, format, args...)
 }
-
-func (e *invalidError) Error() string { return "dsync: invalid " + e.field + ": " + e.reason }
-
-// Is makes errors.Is(err, dsync.ErrInvalid) true.
-func (e *invalidError) Is(target error) bool { return target.Error() == errInvalidText }
 
 func (p *policy) Start() Backoff {
 	b := backoff.NewExponentialBackOff(

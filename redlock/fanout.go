@@ -53,18 +53,17 @@ func fanOutValues[T any](d *Driver, ctx context.Context, nt time.Duration, sel s
 	errs := make([]error, len(d.nodes))
 	var waiting uint64 // by node index
 	now := time.Now()
-	nctx := d.sharedCtx(nt, len(d.nodes))
 	for i, n := range d.nodes {
 		if err := sel(n, now); err != nil {
 			errs[i] = err
-			nctx.done()
 			continue
 		}
+		nctx, cancel := d.nodeCtx(nt)
 		started := d.spawn(func() {
-			sctx, call := d.tel.Start(ctx, nctx.ctx, n.index, what)
+			sctx, call := d.tel.Start(ctx, nctx, n.index, what)
 			v, err := op(sctx, n)
 			call.End(sctx, err)
-			nctx.done()
+			cancel()
 			if err == nil {
 				// A request that ran on a new connection (the node's
 				// first, or one after a restart) answered for the process
@@ -78,10 +77,9 @@ func fanOutValues[T any](d *Driver, ctx context.Context, nt time.Duration, sel s
 			waiting |= 1 << i
 		} else {
 			errs[i] = backends.ErrClosed
-			nctx.done()
+			cancel()
 		}
 	}
-	nctx.done()
 collect:
 	for waiting != 0 {
 		select {

@@ -353,30 +353,31 @@ func BenchmarkRefreshRatio(b *testing.B) {
 	interleave(b, "refresh", refresh, "keepalive", keepAlive)
 }
 
-// BenchmarkLeaseReuse interleaves the same work on a driver that reuses
-// its leases and remembers its holds with one that grants a lease per
-// attempt (left to expire after the release) and remembers nothing, on the
-// same member, and reports their ratios (reuse/grant): an uncontended
-// Acquire+Release through the locker, and a Refresh, which on a hold the
-// driver remembers checks its key while the renewal is in flight instead
-// of reading the hold first.
+// BenchmarkLeaseReuse interleaves the same work on two drivers over the
+// same member, and reports their ratios (reuse/grant): one whose lease pool
+// (leasepool.go) works, and one whose pool is filled to its bounds
+// beforehand (MaxIdle idle leases of another TTL, MaxHeld holds kept), so
+// that it grants a lease for every attempt, leaves it to expire after the
+// release, and remembers no hold: the driver without its pool. The work:
+//
+//   - cycle: an uncontended Acquire+Release through the locker;
+//   - refresh: a Refresh, which on a hold the driver remembers checks its
+//     key while the renewal is in flight instead of reading the hold first.
 func BenchmarkLeaseReuse(b *testing.B) {
 	for _, fsync := range []bool{true, false} {
 		b.Run(fmt.Sprintf("fsync=%v", fsync), func(b *testing.B) {
 			c, cli := benchServer(b, fsync)
 			ctx := context.Background()
-			driver := func(reuse bool) *etcd.Driver {
+			driver := func() *etcd.Driver {
 				d, err := etcd.New(cli, &etcd.Options{MinTTL: c.MinLeaseTTL()})
 				if err != nil {
 					b.Fatal(err)
 				}
-				if !reuse {
-					etcd.DisableLeaseReuse(d)
-				}
 				b.Cleanup(func() { _ = d.Close() })
 				return d
 			}
-			reuse, grant := driver(true), driver(false)
+			reuse, grant := driver(), driver()
+			fillPool(b, grant)
 			b.Run("cycle", func(b *testing.B) {
 				cycle := func(d *etcd.Driver, name string) func() {
 					backend, err := dsync.NewBackend(d, nil)
@@ -396,8 +397,11 @@ func BenchmarkLeaseReuse(b *testing.B) {
 				}
 				interleave(b, "reuse", cycle(reuse, "cycle-reuse"), "grant", cycle(grant, "cycle-grant"))
 			})
+			runs := 0 // a new hold to refresh on every run of the sub-benchmark
 			b.Run("refresh", func(b *testing.B) {
+				runs++
 				refresh := func(d *etcd.Driver, key string) func() {
+					key = fmt.Sprintf("%s-%d", key, runs)
 					if _, err := d.Acquire(ctx, backends.Request{Key: key, Token: "t", TTL: benchTTL}); err != nil {
 						b.Fatal(err)
 					}
@@ -409,54 +413,131 @@ func BenchmarkLeaseReuse(b *testing.B) {
 				}
 				interleave(b, "reuse", refresh(reuse, "refresh-reuse"), "grant", refresh(grant, "refresh-grant"))
 			})
+			if !etcd.PoolFull(grant) {
+				b.Fatal("the reference driver's lease pool is no longer full: it may have reused leases")
+			}
 		})
 	}
 }
 
-// BenchmarkKeepAliveStream interleaves the same work on a driver that
-// renews leases on a stream it keeps open with one that renews with
-// clientv3's KeepAliveOnce (a stream per renewal), on the same member, and
-// reports their ratios (stream/once): a Refresh, and an uncontended
-// Acquire+Release, whose acquisition renews the lease it reuses.
-func BenchmarkKeepAliveStream(b *testing.B) {
-	_, cli := benchServer(b, false)
+// fillPool fills d's lease pool to its bounds with leases whose TTLs
+// (whole hours, unlike benchTTL) no benchmark asks for and that outlive it:
+// etcd.MaxIdle leases released (idle), then etcd.MaxHeld holds kept.
+func fillPool(b *testing.B, d *etcd.Driver) {
+	b.Helper()
 	ctx := context.Background()
-	driver := func(once bool) *etcd.Driver {
-		d, err := etcd.New(cli, nil)
-		if err != nil {
-			b.Fatal(err)
+	acquire := func(prefix string, n int, ttl time.Duration) []string {
+		keys := make([]string, n)
+		errs := make(chan error, n)
+		sem := make(chan struct{}, 32)
+		var wg sync.WaitGroup
+		for i := range keys {
+			keys[i] = fmt.Sprintf("%s-%d", prefix, i)
+			wg.Go(func() {
+				sem <- struct{}{}
+				defer func() { <-sem }()
+				if _, err := d.Acquire(ctx, backends.Request{Key: keys[i], Token: "t", TTL: ttl}); err != nil {
+					errs <- err
+				}
+			})
 		}
-		if once {
-			etcd.RenewWithKeepAliveOnce(d)
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			b.Fatalf("filling the lease pool: %v", err)
 		}
-		b.Cleanup(func() { _ = d.Close() })
-		return d
+		return keys
 	}
-	stream, once := driver(false), driver(true)
-	b.Run("refresh", func(b *testing.B) {
-		refresh := func(d *etcd.Driver, key string) func() {
-			if _, err := d.Acquire(ctx, backends.Request{Key: key, Token: "t", TTL: benchTTL}); err != nil {
+	for _, k := range acquire("fill-idle", etcd.MaxIdle, 2*time.Hour) {
+		if err := d.Release(ctx, k, "t"); err != nil {
+			b.Fatalf("filling the lease pool: %v", err)
+		}
+	}
+	acquire("fill-held", etcd.MaxHeld, time.Hour)
+	if !etcd.PoolFull(d) {
+		b.Fatal("the lease pool is not full after filling it")
+	}
+}
+
+// BenchmarkKeepAliveStream shows what the driver's renewer (renew.go), a
+// LeaseKeepAlive stream kept open, saves over clientv3's KeepAliveOnce,
+// which opens a stream per renewal, run on a goroutine so that the caller
+// can work meanwhile, as the driver does. Both renew a lease of their own,
+// granted beforehand, on the same client, interleaved, and each renewal is
+// in flight beside the call the driver makes meanwhile:
+//
+//   - refresh: a read of a key, as Refresh does for a hold it remembers;
+//   - cycle: the write of a key on the lease, then the key's deletion, as
+//     an Acquire on a reused lease and its Release do.
+//
+// It reports their ratios (once/stream); the renewer stays while one of
+// them is at least 1.1.
+func BenchmarkKeepAliveStream(b *testing.B) {
+	for _, fsync := range []bool{true, false} {
+		b.Run(fmt.Sprintf("fsync=%v", fsync), func(b *testing.B) {
+			c, cli := benchServer(b, fsync)
+			ctx := context.Background()
+			d, err := etcd.New(cli, &etcd.Options{MinTTL: c.MinLeaseTTL()})
+			if err != nil {
 				b.Fatal(err)
 			}
-			return func() {
-				if err := d.Refresh(ctx, key, "t", benchTTL); err != nil {
+			b.Cleanup(func() { _ = d.Close() })
+			lease := func() clientv3.LeaseID {
+				lg, err := cli.Grant(ctx, int64(benchTTL/time.Second))
+				if err != nil {
 					b.Fatal(err)
 				}
+				return lg.ID
 			}
-		}
-		interleave(b, "stream", refresh(stream, "refresh-stream"), "once", refresh(once, "refresh-once"))
-	})
-	b.Run("cycle", func(b *testing.B) {
-		cycle := func(d *etcd.Driver, key string) func() {
-			return func() {
-				if _, err := d.Acquire(ctx, backends.Request{Key: key, Token: "t", TTL: benchTTL}); err != nil {
-					b.Fatal(err)
-				}
-				if err := d.Release(ctx, key, "t"); err != nil {
-					b.Fatal(err)
-				}
+			stream := func(id clientv3.LeaseID) func() error { return etcd.SendRenewal(ctx, d, id) }
+			once := func(id clientv3.LeaseID) func() error {
+				done := make(chan error, 1)
+				go func() {
+					_, err := cli.KeepAliveOnce(ctx, id)
+					done <- err
+				}()
+				return func() error { return <-done }
 			}
-		}
-		interleave(b, "stream", cycle(stream, "cycle-stream"), "once", cycle(once, "cycle-once"))
-	})
+			b.Run("refresh", func(b *testing.B) {
+				refresh := func(send func(clientv3.LeaseID) func() error, key string) func() {
+					id := lease()
+					if _, err := cli.Put(ctx, key, "t", clientv3.WithLease(id)); err != nil {
+						b.Fatal(err)
+					}
+					return func() {
+						wait := send(id)
+						if _, err := cli.Get(ctx, key); err != nil {
+							b.Fatal(err)
+						}
+						if err := wait(); err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+				interleave(b, "once", refresh(once, "/ka/refresh-once"), "stream", refresh(stream, "/ka/refresh-stream"))
+			})
+			b.Run("cycle", func(b *testing.B) {
+				cycle := func(send func(clientv3.LeaseID) func() error, key string) func() {
+					id := lease()
+					return func() {
+						wait := send(id)
+						_, err := cli.Txn(ctx).
+							If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+							Then(clientv3.OpPut(key, "t", clientv3.WithLease(id))).
+							Commit()
+						if err != nil {
+							b.Fatal(err)
+						}
+						if err := wait(); err != nil {
+							b.Fatal(err)
+						}
+						if _, err := cli.Delete(ctx, key); err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+				interleave(b, "once", cycle(once, "/ka/cycle-once"), "stream", cycle(stream, "/ka/cycle-stream"))
+			})
+		})
+	}
 }

@@ -1,13 +1,36 @@
 package etcd
 
-// DisableLeaseReuse makes d grant a lease for every attempt and keep none,
-// as the reference of BenchmarkLeaseReuse. Call it before any other use.
-func DisableLeaseReuse(d *Driver) { d.pool.off = true }
+import (
+	"context"
 
-// RenewWithKeepAliveOnce makes d renew leases with clientv3's
-// KeepAliveOnce, a stream per renewal, as the reference of
-// BenchmarkKeepAliveStream. Call it before any other use.
-func RenewWithKeepAliveOnce(d *Driver) { d.renew.once = true }
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// The lease pool's bounds, which BenchmarkLeaseReuse fills to make a
+// driver that reuses no lease and remembers no hold.
+const (
+	MaxIdle = maxIdle
+	MaxHeld = maxHeld
+)
+
+// PoolFull reports whether d's lease pool is at both its bounds: d then
+// keeps no lease it is given back, and remembers no new hold.
+func PoolFull(d *Driver) bool {
+	d.pool.mu.Lock()
+	defer d.pool.mu.Unlock()
+	return d.pool.nIdle >= maxIdle && len(d.pool.held) >= maxHeld
+}
+
+// SendRenewal sends a renewal of lease id on d's keep-alive stream, as
+// Refresh and Acquire do, and returns a function that waits for its
+// answer.
+func SendRenewal(ctx context.Context, d *Driver, id clientv3.LeaseID) func() error {
+	wait := d.renew.send(ctx, id)
+	return func() error {
+		_, err := wait(ctx)
+		return err
+	}
+}
 
 // LinePrefix is the prefix of the line of waiters of the lock whose etcd
 // key is lk.

@@ -15,14 +15,13 @@ import (
 
 // renewer renews leases, for speed only, one request at a time over a
 // LeaseKeepAlive stream that the driver keeps open, where clientv3's
-// KeepAliveOnce opens a stream per renewal (BenchmarkKeepAliveStream: a
-// refresh about 20% cheaper, a lock cycle 5-12%). The server answers a
-// stream's requests in order, so answers go to the renewals in the order
-// they were sent. A stream that fails fails the renewals waiting on it and
-// is dropped; the next renewal opens another.
+// KeepAliveOnce opens a stream per renewal (BenchmarkKeepAliveStream; the
+// figures are in docs/performance.md). The server answers a stream's
+// requests in order, so answers go to the renewals in the order they were
+// sent. A stream that fails fails the renewals waiting on it and is
+// dropped; the next renewal opens another.
 type renewer struct {
 	client *clientv3.Client
-	once   bool // renew with KeepAliveOnce instead (the benchmark's reference)
 
 	open chan struct{} // a lock that honours contexts: held while opening a stream
 
@@ -70,17 +69,6 @@ func (r *renewer) send(ctx context.Context, id clientv3.LeaseID) func(context.Co
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
-	}
-	if r.once {
-		go func() {
-			ka, err := r.client.KeepAliveOnce(ctx, id)
-			if err != nil {
-				ch <- kaAnswer{err: err}
-				return
-			}
-			ch <- kaAnswer{resp: &pb.LeaseKeepAliveResponse{Header: ka.ResponseHeader, ID: int64(ka.ID), TTL: ka.TTL}}
-		}()
-		return wait
 	}
 	for {
 		s, err := r.stream(ctx)

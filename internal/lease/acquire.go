@@ -99,16 +99,15 @@ func (c *Config) TryAcquire(ctx context.Context) (l *Lease, err error) {
 // An uncontended Acquire costs one attempt, no subscription and no backoff.
 //
 // On a driver that serves waiters in order (backends.Capabilities.Order),
-// Acquire is the one keeper of its place in the backend's line: its
+// Acquire is the one keeper of its place in the backend's line. Its
 // attempts name the call's waiter (NewWaiter, drawn when Acquire is
-// called), so that a refusal puts it in line, but for the first attempt
-// on a key with no subscription kept, which leaves the line alone (the
-// cheaper attempt, when uncontended): refused, it is followed at once by
-// one in line.
-// It wakes only for a release notice that names no heir or its waiter. An
-// Acquire that gives up after an attempt in line leaves the backend's line
-// (Driver.Leave, on a fresh context bounded like a release when ctx is
-// done).
+// called), so that a refusal puts it in line; all but the first on a key
+// with no subscription kept, which leaves the line alone (the cheaper
+// attempt, when uncontended) and, refused, is followed at once by one in
+// line. It wakes only for a release notice that names no heir, or its
+// waiter. An Acquire that gives up after an attempt in line leaves the
+// backend's line (Driver.Leave, on a fresh context bounded like a release
+// when ctx is done).
 func (c *Config) Acquire(ctx context.Context, between func(context.Context) error) (l *Lease, err error) {
 	ctx, call := c.tel.Start(ctx, telemetry.Acquire)
 	defer func() { call.Acquired(ctx, l.fenceOrZero(), err) }()
@@ -139,7 +138,7 @@ func (c *Config) Acquire(ctx context.Context, between func(context.Context) erro
 	var b retry.Backoff // started at the first wait
 	for {
 		var named string // the waiter this attempt names
-		if inLine || prev != nil || contended {
+		if prev != nil || contended {
 			named = waiter
 		}
 		call.Attempting()

@@ -9,6 +9,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/dsync-dev/dsync"
 	mix "github.com/dsync-dev/dsync/internal/testenv/interleave"
 	"github.com/dsync-dev/dsync/internal/testenv/redistest"
 	"github.com/dsync-dev/dsync/locker"
@@ -147,21 +148,35 @@ func BenchmarkLockCycleRatio(b *testing.B) {
 
 // BenchmarkWorkers shows what the driver's workers (pool.go) save: the
 // uncontended lock cycle of BenchmarkLockCycleRatio (NoFencing), on the
-// same 5 loopback masters, through two drivers interleaved: one whose node
-// requests run on its workers, one whose every request runs on a fresh
+// same 5 loopback masters, through two drivers built alike and
+// interleaved: one made by New, whose node requests run on its workers,
+// and one made by NewWithoutWorkers, whose every request runs on a fresh
 // goroutine. It reports fresh/workers; the workers stay while it is at
-// least 1.1.
+// least 1.1 on 2 cores or pinned to one.
 func BenchmarkWorkers(b *testing.B) {
 	servers := redistest.StartN(b, 5, nil)
 	waitOutQuarantine(b, servers, benchMaxTTL)
 	ctx := context.Background()
 	cycle := map[bool]func(){}
 	for _, workers := range []bool{true, false} {
-		backend := open(b, redlockURL(servers, "max_ttl="+benchMaxTTL.String()))
-		b.Cleanup(func() { _ = backend.Close() })
-		if !workers {
-			redlock.WithoutWorkers(backend.Driver().(*redlock.Driver))
+		nodes := make([]*goredis.Options, len(servers))
+		for i, s := range servers {
+			nodes[i] = &goredis.Options{Addr: s.Addr()}
 		}
+		newDriver := redlock.New
+		if !workers {
+			newDriver = redlock.NewWithoutWorkers
+		}
+		d, err := newDriver(ctx, nodes, &redlock.Options{MaxTTL: benchMaxTTL})
+		if err != nil {
+			b.Fatal(err)
+		}
+		backend, err := dsync.NewBackend(d, nil)
+		if err != nil {
+			_ = d.Close()
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = backend.Close() })
 		l, err := locker.New(backend, "bench-workers-"+strconv.FormatBool(workers), &locker.Options{TTL: benchTTL, NoFencing: true})
 		if err != nil {
 			b.Fatal(err)

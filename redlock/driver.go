@@ -97,15 +97,7 @@ type Driver struct {
 	closed atomic.Bool
 	once   sync.Once
 
-	// spawnMu orders every wg.Add before Close's wg.Wait or after none: a
-	// WaitGroup must not be added to from zero while it is waited on.
-	spawnMu  sync.Mutex
-	stopping bool           // Close has begun; protected by spawnMu
-	wg       sync.WaitGroup // the node requests' goroutines, which spawn starts
-	idle     chan func()    // unbuffered: spawn hands f to a worker waiting here (pool.go)
-	// noWorkers runs every node request on a fresh goroutine; set only by
-	// BenchmarkWorkers, to show what the workers save.
-	noWorkers bool
+	pool spawner // runs the node requests' goroutines (pool.go); Close stops it
 
 	mu       sync.Mutex        // protects inFlight
 	inFlight map[holdRef]*hold // attempts with node requests in flight
@@ -129,6 +121,11 @@ var _ backends.Driver = (*Driver)(nil)
 // that reads the server's run_id and uptime for the restart quarantine
 // (chained after an OnConnect of the caller's).
 func New(ctx context.Context, nodes []*goredis.Options, opts *Options) (*Driver, error) {
+	return newDriver(ctx, nodes, opts, newWorkers())
+}
+
+// newDriver is New with the spawner of the driver's goroutines.
+func newDriver(ctx context.Context, nodes []*goredis.Options, opts *Options, pool spawner) (*Driver, error) {
 	o := Options{}
 	if opts != nil {
 		o = *opts
@@ -141,7 +138,7 @@ func New(ctx context.Context, nodes []*goredis.Options, opts *Options) (*Driver,
 		nodeTimeout: o.NodeTimeout,
 		maxTTL:      o.MaxTTL,
 		inFlight:    map[holdRef]*hold{},
-		idle:        make(chan func()),
+		pool:        pool,
 		caps: backends.Capabilities{
 			ReleaseNotices: true,
 			Name:           "redlock", MaxLimit: MaxLimit, Fencing: true,
@@ -379,11 +376,8 @@ func (d *Driver) Close() error {
 	var err error
 	d.once.Do(func() {
 		d.closed.Store(true)
-		d.spawnMu.Lock()
-		d.stopping = true
-		d.spawnMu.Unlock()
 		d.cancel()
-		d.wg.Wait()
+		d.pool.Stop()
 		var merr *multierror.Error
 		for _, n := range d.nodes {
 			if e := n.close(); e != nil {

@@ -1,6 +1,11 @@
 package redlock
 
-import "sync"
+import (
+	"context"
+	"sync"
+
+	goredis "github.com/redis/go-redis/v9"
+)
 
 // votersByHold keeps the voters of every hold won in the test binary, by
 // key and token (tokens are unique).
@@ -25,9 +30,35 @@ func SlotOf(d *Driver, key, token string) (int, bool) {
 	return t.Slot, t.Slots > 0
 }
 
-// WithoutWorkers makes d run every node request on a fresh goroutine, for
-// BenchmarkWorkers. Call it before d's first request.
-func WithoutWorkers(d *Driver) { d.noWorkers = true }
+// NewWithoutWorkers is New with a driver that runs every node request on
+// a fresh goroutine, the reference of BenchmarkWorkers.
+func NewWithoutWorkers(ctx context.Context, nodes []*goredis.Options, opts *Options) (*Driver, error) {
+	return newDriver(ctx, nodes, opts, &goroutines{})
+}
+
+// goroutines is the spawner without workers: a fresh goroutine for every f.
+type goroutines struct {
+	mu       sync.Mutex // orders every wg.Go before Stop's wg.Wait or after none
+	stopping bool       // protected by mu
+	wg       sync.WaitGroup
+}
+
+func (g *goroutines) Go(f func()) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.stopping {
+		return false
+	}
+	g.wg.Go(f)
+	return true
+}
+
+func (g *goroutines) Stop() {
+	g.mu.Lock()
+	g.stopping = true
+	g.mu.Unlock()
+	g.wg.Wait()
+}
 
 // ParseServerInfo is parseServerInfo, for its table test.
 var ParseServerInfo = parseServerInfo

@@ -346,29 +346,6 @@ func (d *Driver) nodeCtx(timeout time.Duration) (context.Context, context.Cancel
 	return context.WithTimeout(d.ctx, timeout)
 }
 
-// sharedCtx is nodeCtx for the n requests of one fan-out, which share a
-// deadline: one timer, not one per node. Its context ends at the timeout,
-// or once each request (and the fan-out's own loop) has called done.
-func (d *Driver) sharedCtx(timeout time.Duration, n int) *sharedCtx {
-	s := &sharedCtx{}
-	s.ctx, s.cancel = d.nodeCtx(timeout)
-	s.pending.Store(int32(n) + 1) // +1: the fan-out's loop, until it has sent them all
-	return s
-}
-
-type sharedCtx struct {
-	ctx     context.Context
-	cancel  context.CancelFunc
-	pending atomic.Int32
-}
-
-// done marks one request (or the fan-out's loop) finished.
-func (s *sharedCtx) done() {
-	if s.pending.Add(-1) == 0 {
-		s.cancel()
-	}
-}
-
 // Close stops the node requests still in flight, awaits every goroutine,
 // and closes the nodes' clients. Holds are left to expire. Close is
 // idempotent.

@@ -88,7 +88,7 @@ func TestWorkersExitWhenIdle(t *testing.T) {
 	t.Cleanup(func() { _ = b.Close() })
 	workers := func() int {
 		buf := make([]byte, 1<<20)
-		return strings.Count(string(buf[:runtime.Stack(buf, true)]), "redlock.(*Driver).work(")
+		return strings.Count(string(buf[:runtime.Stack(buf, true)]), "redlock.(*workers).work(")
 	}
 	if n := workers(); n != 0 {
 		t.Fatalf("%d workers before any request", n)

@@ -198,12 +198,9 @@ func (d *Driver) round(ctx context.Context, ref holdRef, req backends.Request, n
 		h.Waiter = req.Waiter // a slot keeps no line
 	}
 	r := &round{ref: ref, req: h, h: &hold{}, votes: make(chan vote, len(d.nodes))}
-	// A reply later than the TTL is moot: the key has expired by then.
-	nctx := d.sharedCtx(req.TTL, len(d.nodes))
 	for _, n := range d.nodes {
 		if err := n.excluded(start); err != nil {
 			r.votes <- vote{node: n, err: err}
-			nctx.done()
 			continue
 		}
 		d.mu.Lock()
@@ -213,10 +210,13 @@ func (d *Driver) round(ctx context.Context, ref holdRef, req backends.Request, n
 		r.h.pending++
 		r.h.inFlight |= 1 << n.index
 		d.mu.Unlock()
+		// A reply later than the TTL is moot: the key has expired by then.
+		nctx, cancel := d.nodeCtx(req.TTL)
 		started := d.spawn(func() {
-			nctx, call := d.tel.Start(ctx, nctx.ctx, n.index, telemetry.NodeAcquire)
+			nctx, call := d.tel.Start(ctx, nctx, n.index, telemetry.NodeAcquire)
 			fence, err := n.node.Acquire(nctx, ref.t, h)
 			call.End(nctx, err)
+			cancel()
 			err = redisnode.Refusal(err)
 			v := vote{node: n, fence: fence, err: err, applied: err == nil, mayHold: err == nil || !refusedOutright(err)}
 			if err == nil {
@@ -233,10 +233,9 @@ func (d *Driver) round(ctx context.Context, ref holdRef, req backends.Request, n
 		})
 		if !started {
 			d.landed(r, vote{node: n, err: backends.ErrClosed})
-			nctx.done()
+			cancel()
 		}
 	}
-	nctx.done()
 	r.seen, r.granted, r.refused = d.collect(ctx, r.votes, start.Add(nt))
 	return r
 }

@@ -16,38 +16,37 @@ import (
 // attempt is one acquisition: the request and the etcd keys it involves.
 type attempt struct {
 	req   backends.Request
-	limit int    // req.Limit, at least 1
-	lk    string // the lock key of req.Key
-	sp    string // the prefix of req.Key's permits: lk + "/"
-	lp    string // a lock's line of waiters: linePrefix(lk)
-	wk    string // the waiter's key in the line; "" for a lone attempt
-	// inLine: the waiter's key may be in the line, and a winning attempt
-	// deletes it. Not on a waiter's first attempt: a delete, even of
-	// nothing, costs the transaction about 7%.
-	inLine bool
-	hk     string           // the hold's key: lk, or a permit key below sp
-	val    string           // the hold's stored value
-	lease  clientv3.LeaseID // no other key is on it
-	secs   int64            // the TTL requested, in whole seconds
-	start  time.Time        // when the lease was last renewed or granted, or before
+	limit int              // req.Limit, at least 1
+	lk    string           // the lock key of req.Key
+	sp    string           // the prefix of req.Key's permits: lk + "/"
+	wk    string           // the waiter's key in the line; "" for a lone attempt
+	hk    string           // the hold's key: lk, or a permit key below sp
+	val   string           // the hold's stored value
+	lease clientv3.LeaseID // no other key is on it
+	secs  int64            // the TTL requested, in whole seconds
 }
 
 // Acquire makes one attempt to hold req.Key: a lock when req.Limit is 0 or
 // 1, a permit of a semaphore of req.Limit permits otherwise. It takes a
 // lease that no key is on (an idle lease of the driver's, renewed, or a
-// fresh grant) and runs one transaction:
+// fresh grant; for a waiter already in line, the lease its key is on,
+// renewed) and runs one transaction:
 //
 //   - a lock puts the lock key on the lease if neither it nor any permit of
-//     a semaphore of the same name exists;
+//     a semaphore of the same name exists, and nobody waits in the lock's
+//     line (line.go) or, for a waiter (req.Waiter), nobody ahead of it; a
+//     waiter's attempt that is refused puts its key in the line, or keeps
+//     its place there, on the lease;
 //   - a permit puts its own key, named after the lease, below the
 //     semaphore's prefix unless the name is held as a lock, and reads the
 //     first req.Limit keys there by create revision: the permit is granted
 //     if its key is among them and their recorded sizes agree with
 //     req.Limit.
 //
-// An attempt that gets nothing leaves no key behind and returns ErrNotAcquired, or the error
-// of backends.LimitMismatch when the name's live holds were taken with
-// another limit (a lock has limit 1). Grant.Fence is the hold key's create
+// An attempt that gets nothing leaves no key behind but a waiter's place
+// and returns ErrNotAcquired, or the error of backends.LimitMismatch when
+// the name's live holds were taken with another limit (a lock has limit
+// 1), and then leaves no place either. Grant.Fence is the hold key's create
 // revision; Grant.TTL is the lease's TTL as the server applied it: req.TTL
 // rounded up to whole seconds and raised to the cluster's minimum. Any
 // other error leaves the outcome unknown, as the SPI says; a Release of
@@ -68,11 +67,8 @@ func (d *Driver) Acquire(ctx context.Context, req backends.Request) (backends.Gr
 		return backends.Grant{}, err
 	}
 	a := attempt{req: req, limit: max(req.Limit, 1), lk: lk, sp: lk + "/", secs: secs}
-	if a.limit == 1 {
-		a.lp = linePrefix(lk)
-		if req.Waiter != "" {
-			a.wk = a.lp + req.Waiter
-		}
+	if a.limit == 1 && req.Waiter != "" {
+		a.wk = linePrefix(lk) + req.Waiter
 	}
 	ctx, cancel := d.bound(ctx)
 	defer cancel()
@@ -80,12 +76,10 @@ func (d *Driver) Acquire(ctx context.Context, req backends.Request) (backends.Gr
 		// A waiter in line attempts on the lease its key is on. One with
 		// another TTL (not from lease's Acquire) moves its key to a new
 		// lease, and the old one expires.
-		if w, ok := d.pool.leave(a.wk); ok {
-			a.inLine = true
-			if w.lease != 0 && w.secs == secs {
-				if g, err, done := d.acquireInLine(ctx, a, w); done {
-					return g, err
-				}
+		if w, ok := d.pool.leave(a.wk); ok && w.secs == secs {
+			g, err := d.acquireOn(ctx, a, w.lease, 0)
+			if !errors.Is(err, errIdleExpired) {
+				return g, err
 			}
 		}
 	}
@@ -104,32 +98,6 @@ func (d *Driver) Acquire(ctx context.Context, req backends.Request) (backends.Gr
 	return d.acquireOn(ctx, a, resp.ID, resp.TTL)
 }
 
-// acquireInLine is the attempt a of a waiter already in line, w: a peek
-// first unless the waiter was at the head at its last look, then the
-// acquiring transaction on w's lease. done is false when w's lease has
-// expired, with nothing written: the caller makes the attempt on another.
-func (d *Driver) acquireInLine(ctx context.Context, a attempt, w *waiting) (g backends.Grant, err error, done bool) {
-	if !w.write(d.notify.lastRelease(a.lk)) {
-		ok, lost, err := d.peek(ctx, a, w)
-		if lost {
-			d.notify.outOfLine(a.lk, a.wk)
-			return backends.Grant{}, nil, false
-		}
-		if !ok {
-			if !errors.Is(err, backends.ErrInvalid) && !d.pool.wait(a.wk, w) {
-				d.revoke(ctx, w.lease)
-			}
-			return backends.Grant{}, err, true
-		}
-	}
-	g, err = d.acquireOn(ctx, a, w.lease, 0)
-	if errors.Is(err, errIdleExpired) {
-		d.notify.outOfLine(a.lk, a.wk)
-		return backends.Grant{}, nil, false
-	}
-	return g, err, true
-}
-
 // errIdleExpired: an idle lease expired before the attempt that took it
 // used it; the attempt wrote nothing.
 var errIdleExpired = errors.New("etcd: idle lease expired")
@@ -139,7 +107,7 @@ var errIdleExpired = errors.New("etcd: idle lease expired")
 // with the transaction: either way the lease lives a full TTL from the
 // call's start.
 func (d *Driver) acquireOn(ctx context.Context, a attempt, id clientv3.LeaseID, ttl int64) (backends.Grant, error) {
-	a.lease, a.start = id, time.Now()
+	a.lease = id
 	if a.limit == 1 {
 		a.hk, a.val = a.lk, encodeValue(a.req.Token, a.req.Value)
 	} else {
@@ -166,12 +134,6 @@ func (d *Driver) acquireOn(ctx context.Context, a attempt, id clientv3.LeaseID, 
 		// Revoking the lease undoes the transaction if it was applied,
 		// and takes a waiter's key out of the line.
 		d.revoke(ctx, a.lease)
-		if a.wk != "" {
-			d.notify.outOfLine(a.lk, a.wk)
-			// Should the revocation have failed, the waiter's key may
-			// outlive it: the next attempt deletes it if it wins.
-			d.pool.wait(a.wk, &waiting{})
-		}
 		return backends.Grant{}, d.wrap(err)
 	}
 	if a.limit > 1 {
@@ -181,9 +143,6 @@ func (d *Driver) acquireOn(ctx context.Context, a attempt, id clientv3.LeaseID, 
 	}
 	if err != nil {
 		return backends.Grant{}, err
-	}
-	if a.wk != "" {
-		d.notify.outOfLine(a.lk, a.wk)
 	}
 	d.pool.hold(a.req.Key, a.req.Token, heldLease{lease: id, secs: a.secs, key: a.hk, rev: tr.Header.Revision})
 	g := backends.Grant{TTL: time.Duration(ttl) * time.Second}
@@ -210,26 +169,20 @@ func (d *Driver) txnAcquire(ctx context.Context, a attempt) (*clientv3.TxnRespon
 			clientv3.OpGet(a.sp, clientv3.WithFirstCreate()...),
 		)
 	case a.limit == 1: // a waiter: only if nobody is ahead; else join
-		// A put keeps the key's create revision; the line's order is the
-		// keys' anyway. Each operation, even in the branch not taken,
-		// costs a transaction a few percent (it is in the raft entry), so
-		// that a waiter's first attempt, which is also an uncontended
-		// acquisition's, only joins the line when refused: the next
-		// attempt looks first (peek).
-		then := []clientv3.Op{clientv3.OpPut(a.lk, a.val, clientv3.WithLease(a.lease))}
-		els := []clientv3.Op{clientv3.OpPut(a.wk, "", clientv3.WithLease(a.lease))}
-		if a.inLine {
-			then = append(then, clientv3.OpDelete(a.wk))
-			els = append(els,
-				clientv3.OpGet(a.sp, clientv3.WithFirstCreate()...),
-				clientv3.OpGet(a.lp, clientv3.WithRange(a.wk), clientv3.WithCountOnly()))
-		}
 		txn = txn.If(
 			// No lock key, and nobody ahead in line: the keys from lk to
 			// the waiter's own.
 			clientv3.Compare(clientv3.CreateRevision(a.lk), "=", 0).WithRange(a.wk),
 			clientv3.Compare(clientv3.CreateRevision(a.sp), "=", 0).WithPrefix(),
-		).Then(then...).Else(els...)
+		).Then(
+			clientv3.OpPut(a.lk, a.val, clientv3.WithLease(a.lease)),
+			clientv3.OpDelete(a.wk), // its place, if it had one
+		).Else(
+			// A put keeps the key's create revision, hence its place,
+			// and moves it to this lease.
+			clientv3.OpPut(a.wk, "", clientv3.WithLease(a.lease)),
+			clientv3.OpGet(a.sp, clientv3.WithFirstCreate()...),
+		)
 	default:
 		txn = txn.If(
 			clientv3.Compare(clientv3.CreateRevision(a.hk), "=", 0),
@@ -270,7 +223,6 @@ func (d *Driver) lockOutcome(ctx context.Context, a attempt, tr *clientv3.TxnRes
 			if _, limit, _, ok := decodePermitValue(kvs[0].Value); ok {
 				if a.wk != "" {
 					d.revoke(ctx, a.lease) // and with it the waiter's key
-					d.notify.outOfLine(a.lk, a.wk)
 				}
 				return backends.LimitMismatch(a.req.Key, 1, limit)
 			}
@@ -278,20 +230,11 @@ func (d *Driver) lockOutcome(ctx context.Context, a attempt, tr *clientv3.TxnRes
 	}
 	if a.wk != "" {
 		// The waiter's key is on the lease now: it keeps both.
-		w := &waiting{lease: a.lease, secs: a.secs, renewed: a.start, joined: tr.Header.Revision}
-		if !d.pool.wait(a.wk, w) {
+		if !d.pool.wait(a.wk, &waiting{lease: a.lease, secs: a.secs}) {
 			// Too many to remember: the waiter loses its place, and its
 			// next attempt takes it back.
 			d.revoke(ctx, a.lease)
-			return backends.ErrNotAcquired
 		}
-		d.notify.refused(a.lk, tr.Header.Revision, nil)
-		ahead := int64(-1) // a first attempt joins without looking
-		if a.inLine {
-			ahead = tr.Responses[2].GetResponseRange().GetCount()
-		}
-		d.notify.inLine(a.lk, a.wk, w, ahead, tr.Header.Revision)
-		return backends.ErrNotAcquired
 	}
 	d.notify.refused(a.lk, tr.Header.Revision, nil)
 	return backends.ErrNotAcquired

@@ -72,10 +72,6 @@ type Driver struct {
 	closeErr  error
 
 	notify notifier
-
-	// afterLook, set by tests only, runs between a waiter's look at the
-	// line (peek) and its registration with the release watch.
-	afterLook func()
 }
 
 var _ backends.Driver = (*Driver)(nil)

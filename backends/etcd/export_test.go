@@ -36,23 +36,18 @@ func SendRenewal(ctx context.Context, d *Driver, id clientv3.LeaseID) func() err
 // key is lk.
 func LinePrefix(lk string) string { return linePrefix(lk) }
 
-// AfterLook makes f run between a waiter's look at its line and its
-// registration with d's release watch. Call it before any other use.
-func AfterLook(d *Driver, f func()) { d.afterLook = f }
-
-// LineDeletionsSeen is how many deletions of keys in key's line d's
-// release watch has seen (since its log last started), and whether the
-// watch is created.
-func LineDeletionsSeen(d *Driver, key string) (n int, created bool) {
+// HeirSeen is the heir that d's release watch of key would name now, and
+// whether the watch knows (it is created, and has read the lock's line).
+func HeirSeen(d *Driver, key string) (heir string, known bool) {
 	lk, err := d.Key(key)
 	if err != nil {
-		return 0, false
+		return "", false
 	}
 	w := d.notify.watchOf(lk)
 	if w == nil {
-		return 0, false
+		return "", false
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return len(w.dels), w.delsFrom != 0
+	return w.lock.heir(), w.lock.known
 }

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"testing"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -75,73 +77,44 @@ func TestRefusal(t *testing.T) {
 	}
 }
 
-// TestLineCountKeptAcrossRegistration: a waiter's count of the waiters
-// ahead of it, taken by its attempt, is brought up to date with the
-// deletions the watch saw between the attempt's read and the waiter's
-// registration (before, they were lost, and a waiter at the head that
-// still counted one ahead was never woken: the whole line stalled until
-// its retry timer); a newer look replaces the count it had; a look older
-// than what the watch saw all of is not kept, and the waiter is woken to
-// look again; a deletion delivered twice counts once.
-func TestLineCountKeptAcrossRegistration(t *testing.T) {
-	var n notifier
-	n.init(nil)
-	w := &keyWatch{n: &n, key: "k", subs: map[*subscription]struct{}{}, start: make(chan int64, 1)}
-	n.watches["k"] = w
-	s := &subscription{w: w, c: make(chan backends.Notice, 1)}
-	w.subs[s] = struct{}{}
-	woken := func() bool {
-		select {
-		case <-s.c:
-			return true
-		default:
-			return false
+// TestLineViewHeir: the release watch's view of a lock names the first
+// waiter in line when the lock is released, and the next one when the
+// heir leaves while the lock is free; the heir's acquisition (its key
+// deleted as the lock key is put) and a waiter joining behind wake nobody.
+func TestLineViewHeir(t *testing.T) {
+	const lk = "k"
+	lp := linePrefix(lk)
+	kv := func(k string) *mvccpb.KeyValue { return &mvccpb.KeyValue{Key: []byte(k)} }
+	put := func(k string) *clientv3.Event { return &clientv3.Event{Type: mvccpb.PUT, Kv: kv(k)} }
+	del := func(k string) *clientv3.Event { return &clientv3.Event{Type: mvccpb.DELETE, Kv: kv(k)} }
+
+	var v lineView
+	if v.apply(lk, []*clientv3.Event{del(lk)}) || v.heir() != "" {
+		t.Fatal("a view never read names an heir")
+	}
+	v.reset(lk, []*mvccpb.KeyValue{kv(lk), kv(lp + "b"), kv(lp + "d")})
+	for _, step := range []struct {
+		evs  []*clientv3.Event
+		wake bool
+		heir string
+	}{
+		{[]*clientv3.Event{put(lp + "c")}, false, "b"},          // joins behind
+		{[]*clientv3.Event{put(lp + "a")}, false, "a"},          // ahead, while held
+		{[]*clientv3.Event{del(lk)}, true, "a"},                 // released
+		{[]*clientv3.Event{put(lp + "a")}, false, "a"},          // the heir's refused attempt
+		{[]*clientv3.Event{del(lp + "a")}, true, "b"},           // the heir leaves: the next one's turn
+		{[]*clientv3.Event{put(lk), del(lp + "b")}, false, "c"}, // the heir takes it
+		{[]*clientv3.Event{del(lp + "c")}, false, "d"},          // a waiter leaves while held
+		{[]*clientv3.Event{del(lk)}, true, "d"},
+		{[]*clientv3.Event{put(lk), del(lp + "d")}, false, ""},
+		{[]*clientv3.Event{del(lk)}, true, ""}, // free for anyone
+	} {
+		if wake := v.apply(lk, step.evs); wake != step.wake || v.heir() != step.heir {
+			t.Fatalf("after %v: wake %v, heir %q; want %v, %q", step.evs, wake, v.heir(), step.wake, step.heir)
 		}
 	}
-	lp := linePrefix("k")
-	me := lp + "m"
-	w.delsFrom = 5 // the watch was created at revision 4
-
-	w.passed(lp+"a", 6) // between the attempt's read (5) and the registration
-	x := &waiting{}
-	n.inLine("k", me, x, 2, 5)
-	if head, known := x.head(); head || !known || x.ahead != 1 {
-		t.Fatalf("after one deletion past the look: ahead %d, known %v; want 1 ahead", x.ahead, known)
-	}
-	if woken() {
-		t.Fatal("woken with a waiter still ahead")
-	}
-	w.passed(lp+"a", 6) // delivered again by a resumed watch
-	w.passed(lp+"z", 7) // behind it
-	if x.ahead != 1 || woken() {
-		t.Fatalf("a repeated deletion, or one behind, counted: ahead %d", x.ahead)
-	}
-	w.passed(lp+"b", 8)
-	if head, _ := x.head(); !head || !woken() {
-		t.Fatalf("the last waiter ahead went: head %v, want the waiter at the head and woken", head)
-	}
-
-	// A newer look replaces the count, though the watch counted past it.
-	n.inLine("k", me, x, 3, 8)
-	if x.ahead != 3 || x.rev != 8 {
-		t.Fatalf("a newer look left ahead %d at %d, want 3 at 8", x.ahead, x.rev)
-	}
-	// A look that the deletions seen reach the head from wakes it.
-	w.passed(lp+"c", 9)
-	w.passed(lp+"d", 10)
-	n.inLine("k", me, x, 2, 8)
-	if head, _ := x.head(); !head || !woken() {
-		t.Fatalf("a look two deletions ago with two ahead: ahead %d, want the head, woken", x.ahead)
-	}
-
-	// A look from before what the watch saw all of (a compaction, or a
-	// watch resumed from where the driver is) cannot be kept up.
-	w.lostDelsBefore(20)
-	n.inLine("k", me, x, 0, 15)
-	if _, known := x.head(); known || !woken() {
-		t.Fatalf("a look older than the watch's coverage kept (known %v), or not woken", known)
-	}
-	if !x.write(16) || x.write(15) {
-		t.Fatal("a waiter whose count is lost should write after a release since its look, and only then")
+	v.forget()
+	if v.apply(lk, []*clientv3.Event{put(lp + "e"), del(lk)}) || v.heir() != "" {
+		t.Fatal("a forgotten view names an heir")
 	}
 }

@@ -2,34 +2,31 @@ package etcd
 
 import (
 	"context"
-	"sync"
-	"time"
+	"slices"
+	"strings"
 
-	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/dsync-dev/dsync/backends"
 )
 
-// The line of a lock's waiters (Request.Waiter, issue 21). Each waiter
-// that a lock refused has a key below linePrefix(lk), named after it, so
-// that etcd's key order is the order of the waiters' names, which is their
-// arrival order. A key is on a lease of its waiter's (the lease its next
-// attempt holds the lock on), which its attempts renew: a waiter that
-// stops attempting, its process dead, loses its place within the lease's
-// TTL. The lock is free for a waiter only when no key of the line sorts
-// before its own, and for a lone attempt only when the line is empty: one
-// compare of the acquiring transaction, which also deletes the winner's
-// key. A release thus goes to the head of the line, and a releaser who asks
-// again joins at the back.
+// The line of a lock's waiters (Request.Waiter). Each waiter that a lock
+// refused has a key below linePrefix(lk), named after it, so that etcd's
+// key order is the order of the waiters' names, which is their arrival
+// order. A key is on a lease of its waiter's (the lease its next attempt
+// holds the lock on), which its attempts renew: a waiter that stops
+// attempting, its process dead, loses its place within the lease's TTL.
+// The lock is free for a waiter only when no key of the line sorts before
+// its own, and for a lone attempt only when the line is empty: one compare
+// of the acquiring transaction, which also deletes the winner's key. A
+// release thus goes to the head of the line, and a releaser who asks again
+// joins at the back.
 //
-// Only the head writes. A waiter counts the waiters ahead of it at each
-// look (a refused transaction, or a peek: one linearizable read), and the
-// release watch counts down as their keys are deleted (notify.go). A
-// waiter with someone ahead peeks before it writes, and its process is not
-// woken by a release, only by the deletion that makes it the head, so
-// that a release wakes one process, and the head's wake-up costs one
-// write.
+// Whom a release is for, the release watch reads from etcd's events
+// (lineView), and its notices name that heir, so that the layer above wakes
+// only the heir's Acquire. The driver keeps nothing of its waiters but the
+// leases their keys are on.
 
 // linePrefix is the prefix of the line of the lock whose key is lk: lk
 // and a NUL byte, which no key has (backends.CheckKey), so that no other
@@ -37,117 +34,75 @@ import (
 // [lk, lk+"\x01") sees the lock key and its line, in revision order.
 func linePrefix(lk string) string { return lk + "\x00" }
 
-// waiting is what the driver knows of one of its waiters in a line.
+// waiting is the lease that the key of one of the driver's waiters is on.
 type waiting struct {
-	lease   clientv3.LeaseID // its line key is on it, and no other key
-	secs    int64            // the lease's requested TTL
-	renewed time.Time        // when its last renewal was sent
-
-	mu    sync.Mutex // protects the fields below, which the release watch updates
-	known bool       // ahead and rev are known: a look was made
-	// joined is the revision at which the waiter joined without looking;
-	// a release after it (of the driver's own, or one the watch saw)
-	// makes a look likely to find the lock free.
-	joined int64
-	ahead  int64 // waiters ahead of it: counted at rev, less deletions since
-	rev    int64
+	lease clientv3.LeaseID
+	secs  int64 // the lease's requested TTL
 }
 
-// looked records that ahead waiters were ahead at revision rev: known
-// false when that count cannot be kept (its deletions may be missed), so
-// that the next release of the lock makes the waiter look again.
-func (w *waiting) looked(known bool, ahead, rev int64) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.known, w.ahead, w.rev = known, ahead, rev
-	if !known {
-		w.joined = rev
-	}
+// lineView is a lock as its release watch has seen it: whether the lock
+// key exists, and who waits in its line. Read at the watch's creation and
+// kept up with the watch's events since, it serves only to name a
+// release's heir.
+type lineView struct {
+	known bool     // read, and kept up since
+	held  bool     // the lock key exists
+	line  []string // the waiters' names, sorted: line[0] is the heir
 }
 
-// passed records the deletion, at revision rev, of the key of a waiter
-// ahead, and reports whether w is now at the head.
-func (w *waiting) passed(rev int64) bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if !w.known || rev <= w.rev {
-		return false // nothing to count from, or counted already
-	}
-	w.ahead, w.rev = w.ahead-1, rev
-	return w.ahead == 0
-}
-
-// write reports whether w's attempt should go straight to the acquiring
-// transaction: it was at the head at its last look, or it has not looked
-// since it joined and the lock was released since, at revision released.
-func (w *waiting) write(released int64) bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if !w.known {
-		return released > w.joined
-	}
-	return w.ahead <= 0
-}
-
-// head reports whether w was at the head of the line, as far as the
-// driver knows; known is false when it never looked.
-func (w *waiting) head() (head, known bool) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.known && w.ahead <= 0, w.known
-}
-
-// peek decides, with one read and no write, whether the attempt a of a
-// waiter w in line should go on to the acquiring transaction: it should
-// unless the lock is held or another waiter is ahead, and its place is
-// still there. It renews w's lease when a third of its TTL has passed
-// since the last renewal. A refusal returns ErrNotAcquired; ok is true
-// when the attempt should write, on w.lease unless the lease is gone
-// (lost).
-func (d *Driver) peek(ctx context.Context, a attempt, w *waiting) (ok, lost bool, err error) {
-	now := time.Now()
-	var renewed func(context.Context) (*pb.LeaseKeepAliveResponse, error)
-	if now.Sub(w.renewed) >= time.Duration(w.secs)*time.Second/3 {
-		renewed = d.renew.send(ctx, w.lease)
-		w.renewed = now
-	}
-	resp, err := d.client.Txn(ctx).Then(
-		clientv3.OpGet(a.lk, clientv3.WithCountOnly()),
-		clientv3.OpGet(a.lp, clientv3.WithRange(a.wk), clientv3.WithCountOnly()),
-		clientv3.OpGet(a.wk, clientv3.WithCountOnly()),
-		clientv3.OpGet(a.sp, clientv3.WithFirstCreate()...),
-	).Commit()
-	if renewed != nil {
-		if _, kaErr := renewed(ctx); kaErr != nil {
-			// Gone, or unknown: either way the acquiring transaction,
-			// on a fresh lease, settles it.
-			return true, true, nil
+// reset makes v what a read of the keys from lk to lk+"\x01" (keys only,
+// in key order) returned.
+func (v *lineView) reset(lk string, kvs []*mvccpb.KeyValue) {
+	v.known, v.held, v.line = true, false, v.line[:0]
+	for _, kv := range kvs {
+		if k := string(kv.Key); k == lk {
+			v.held = true
+		} else if name, ok := strings.CutPrefix(k, linePrefix(lk)); ok {
+			v.line = append(v.line, name)
 		}
 	}
-	if err != nil {
-		return false, false, d.wrap(err)
+}
+
+// forget marks v unknown: the watch may have missed events.
+func (v *lineView) forget() { v.known, v.held, v.line = false, false, v.line[:0] }
+
+// apply applies evs, the events of one revision of the keys from lk to
+// lk+"\x01", and reports whether the lock is then free and either was
+// released or has a new heir: the heir's turn has come.
+func (v *lineView) apply(lk string, evs []*clientv3.Event) bool {
+	if !v.known {
+		return false
 	}
-	d.seen(resp.Header)
-	count := func(i int) int64 { return resp.Responses[i].GetResponseRange().GetCount() }
-	if kvs := resp.Responses[3].GetResponseRange().GetKvs(); len(kvs) > 0 {
-		if _, limit, _, ok := decodePermitValue(kvs[0].Value); ok {
-			d.revoke(ctx, w.lease) // and with it the waiter's key
-			d.notify.outOfLine(a.lk, a.wk)
-			return false, false, backends.LimitMismatch(a.req.Key, 1, limit)
+	heir, released := v.heir(), false
+	for _, ev := range evs {
+		put := ev.Type == mvccpb.PUT
+		k := string(ev.Kv.Key)
+		if k == lk {
+			released = released || !put
+			v.held = put
+			continue
+		}
+		name, ok := strings.CutPrefix(k, linePrefix(lk))
+		if !ok {
+			continue
+		}
+		switch i, found := slices.BinarySearch(v.line, name); {
+		case put && !found:
+			v.line = slices.Insert(v.line, i, name)
+		case !put && found:
+			v.line = slices.Delete(v.line, i, i+1)
 		}
 	}
-	if count(2) == 0 {
-		return true, false, nil // its key lapsed: join again
+	return !v.held && (released || v.heir() != heir)
+}
+
+// heir is the waiter a free lock is kept for: the first in line, or ""
+// when nobody waits or the view is not known.
+func (v *lineView) heir() string {
+	if len(v.line) == 0 {
+		return ""
 	}
-	if count(0) == 0 && count(1) == 0 {
-		return true, false, nil
-	}
-	d.notify.refused(a.lk, resp.Header.Revision, nil)
-	if d.afterLook != nil {
-		d.afterLook()
-	}
-	d.notify.inLine(a.lk, a.wk, w, count(1), resp.Header.Revision)
-	return false, false, backends.ErrNotAcquired
+	return v.line[0]
 }
 
 // Leave deletes waiter's key in key's line, so that the waiters behind it
@@ -167,7 +122,6 @@ func (d *Driver) Leave(ctx context.Context, key, waiter string) error {
 	}
 	wk := linePrefix(lk) + waiter
 	w, mine := d.pool.leave(wk)
-	d.notify.outOfLine(lk, wk)
 	ctx, cancel := d.bound(ctx)
 	defer cancel()
 	resp, err := d.client.Delete(ctx, wk)
@@ -175,7 +129,7 @@ func (d *Driver) Leave(ctx context.Context, key, waiter string) error {
 		return d.wrap(err) // the key lapses with its lease
 	}
 	d.seen(resp.Header)
-	if mine && w.lease != 0 && !d.pool.give(w.secs, w.lease) {
+	if mine && !d.pool.give(w.secs, w.lease) {
 		d.revoke(ctx, w.lease)
 	}
 	return nil

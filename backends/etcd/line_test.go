@@ -48,7 +48,7 @@ func line(t *testing.T, ctx context.Context, d *etcd.Driver, cli *clientv3.Clien
 
 // TestLineOrder: waiters on separate drivers are served in the order of
 // their names, whatever the order of their attempts, with strictly
-// increasing fencing tokens; a non-head waiter's attempt writes nothing.
+// increasing fencing tokens.
 func TestLineOrder(t *testing.T) {
 	c := etcdtest.Start(t, nil)
 	ctx := testutil.Context(t)
@@ -67,16 +67,6 @@ func TestLineOrder(t *testing.T) {
 	if got, want := line(t, ctx, holder, cli, key), []string{reqs[0].Waiter, reqs[1].Waiter, reqs[2].Waiter}; !slices.Equal(got, want) {
 		t.Fatalf("line %q, want %q", got, want)
 	}
-	// A waiter behind others only reads: the store does not change.
-	before, err := cli.Get(ctx, "x")
-	if err != nil {
-		t.Fatal(err)
-	}
-	testutil.WantNotAcquired(t, ctx, ds[1], reqs[1])
-	if after, err := cli.Get(ctx, "x"); err != nil || after.Header.Revision != before.Header.Revision {
-		t.Fatalf("revision %d after a non-head waiter's attempt, want %d (%v)", after.Header.Revision, before.Header.Revision, err)
-	}
-
 	if err := holder.Release(ctx, key, "h"); err != nil {
 		t.Fatal(err)
 	}
@@ -264,13 +254,7 @@ func TestLineNotForSemaphores(t *testing.T) {
 	if l := line(t, ctx, d, cli, key); len(l) != 0 {
 		t.Fatalf("a semaphore's line: %q", l)
 	}
-	// A waiter's first attempt only joins the line (it reads nothing, to
-	// keep an uncontended acquisition cheap); the next one finds out.
-	lw := waiter(key, "l", "tl", ttl)
-	if _, err := d.Acquire(ctx, lw); err != backends.ErrNotAcquired {
-		t.Fatalf("a lock's waiter's first attempt on a semaphore: %v, want ErrNotAcquired", err)
-	}
-	if _, err := d.Acquire(ctx, lw); !errors.Is(err, backends.ErrInvalid) {
+	if _, err := d.Acquire(ctx, waiter(key, "l", "tl", ttl)); !errors.Is(err, backends.ErrInvalid) {
 		t.Fatalf("a lock's waiter on a semaphore: %v, want the limit mismatch (ErrInvalid)", err)
 	}
 	if _, err := d.Acquire(ctx, req(key, "lone", ttl)); !errors.Is(err, backends.ErrInvalid) {
@@ -338,63 +322,94 @@ func TestLineAcrossBackends(t *testing.T) {
 	}
 }
 
-// TestLineDeletionDuringRegistration: a waiter ahead that leaves between a
-// waiter's look at the line and its registration with the release watch
-// is counted, so that the waiter, at the head, is woken by the next
-// release. (Before, that deletion was counted for nobody: the waiter
-// counted one ahead, was not woken, and held the line up to its retry
-// delay.)
-func TestLineDeletionDuringRegistration(t *testing.T) {
+// TestLineNoticesNameHeir: a driver's release notices for a lock name the
+// first waiter in its line, whichever driver it waits on: at a release, at
+// the watch's start when the lock is free, and when the heir leaves a free
+// lock; a release with nobody in line names nobody.
+func TestLineNoticesNameHeir(t *testing.T) {
 	c := etcdtest.Start(t, nil)
 	ctx := testutil.Context(t)
-	const key, ttl = "registering", 5 * time.Second
+	const key, ttl = "heirs", 5 * time.Second
 	holder, _ := newDriver(t, c)
-	ahead, _ := newDriver(t, c)
-	behind, _ := newDriver(t, c)
+	da, _ := newDriver(t, c)
+	db, _ := newDriver(t, c)
+	watcher, _ := newDriver(t, c)
+	ra, rb := waiter(key, "a", "ta", ttl), waiter(key, "b", "tb", ttl)
+	rb.Waiter = fmt.Sprintf("%016x-%s", 2, "b") // behind a
 
 	testutil.MustGrant(t, ctx, holder, req(key, "h", ttl))
-	b := waiter(key, "b", "tb", ttl)
-	testutil.WantNotAcquired(t, ctx, ahead, b)
-	sub, err := behind.WatchReleases(ctx, key)
+	testutil.WantNotAcquired(t, ctx, da, ra)
+	sub, err := watcher.WatchReleases(ctx, key)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer sub.Close()
-	cr := waiter(key, "c", "tc", ttl)
-	cr.Waiter = fmt.Sprintf("%016x-%s", 2, "c")  // behind b
-	testutil.WantNotAcquired(t, ctx, behind, cr) // joins without looking
-	testutil.Eventually(t, 5*time.Second, "the release watch to be created", func() bool {
-		_, created := etcd.LineDeletionsSeen(behind, key)
-		return created
+	testutil.Eventually(t, 5*time.Second, "the release watch to read the line", func() bool {
+		_, known := etcd.HeirSeen(watcher, key)
+		return known
 	})
-
-	etcd.AfterLook(behind, func() {
-		etcd.AfterLook(behind, nil)
-		if err := ahead.Leave(ctx, key, b.Waiter); err != nil {
-			t.Error(err)
-		}
-		testutil.Eventually(t, 5*time.Second, "the watch to see the waiter ahead leave", func() bool {
-			n, _ := etcd.LineDeletionsSeen(behind, key)
-			return n == 1
-		})
-	})
-	testutil.WantNotAcquired(t, ctx, behind, cr) // looks: one ahead; registers after b left
-	for drained := false; !drained; {
+	testutil.WantNotAcquired(t, ctx, db, rb)
+	next := func(what string) string {
+		t.Helper()
 		select {
-		case <-sub.C():
-		default:
-			drained = true
+		case n := <-sub.C():
+			return n.Heir
+		case <-time.After(3 * time.Second):
+			t.Fatalf("no notice after %s", what)
+			return ""
 		}
 	}
+	drain := func() {
+		for {
+			select {
+			case <-sub.C():
+			default:
+				return
+			}
+		}
+	}
+
+	drain()
 	if err := holder.Release(ctx, key, "h"); err != nil {
 		t.Fatal(err)
 	}
+	if h := next("the release"); h != ra.Waiter {
+		t.Fatalf("the release's notice names %q, want the first waiter %q", h, ra.Waiter)
+	}
+	if err := da.Leave(ctx, key, ra.Waiter); err != nil {
+		t.Fatal(err)
+	}
+	if h := next("the heir left"); h != rb.Waiter {
+		t.Fatalf("after the heir left, the notice names %q, want the next waiter %q", h, rb.Waiter)
+	}
+	testutil.MustGrant(t, ctx, db, rb)
+	drain()
+	if err := db.Release(ctx, key, rb.Token); err != nil {
+		t.Fatal(err)
+	}
+	if h := next("the last waiter's release"); h != "" {
+		t.Fatalf("a release with nobody in line names %q", h)
+	}
+
+	// A watch that starts on a free lock with a line tells its heir.
+	testutil.MustGrant(t, ctx, holder, req(key, "h2", ttl))
+	testutil.WantNotAcquired(t, ctx, da, ra)
+	if err := holder.Release(ctx, key, "h2"); err != nil {
+		t.Fatal(err)
+	}
+	late, _ := newDriver(t, c)
+	lsub, err := late.WatchReleases(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lsub.Close()
 	select {
-	case <-sub.C():
+	case n := <-lsub.C():
+		if n.Heir != ra.Waiter {
+			t.Fatalf("a watch started on a free lock names %q, want %q", n.Heir, ra.Waiter)
+		}
 	case <-time.After(3 * time.Second):
-		t.Fatal("the waiter at the head was not woken by the release: it still counts the waiter that left")
+		t.Fatal("a watch started on a free lock with a waiter told nobody")
 	}
-	if _, err := behind.Acquire(ctx, cr); err != nil {
-		t.Fatalf("the head's attempt after the release: %v", err)
-	}
+	testutil.MustGrant(t, ctx, da, ra)
 }

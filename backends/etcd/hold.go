@@ -133,7 +133,7 @@ func (d *Driver) Release(ctx context.Context, key, token string) error {
 	if mine && !d.pool.give(h.secs, h.lease) {
 		d.revoke(ctx, h.lease)
 	}
-	d.notify.released(lk, resp.Header.Revision)
+	d.notify.released(lk)
 	return nil
 }
 

@@ -329,7 +329,7 @@ func (n *notifier) watchOf(k string) *keyWatch {
 // the watch to report the deletion (which it will, a moment later, naming
 // the heir: one more notice, coalesced or spurious). The notice names
 // nobody, since the watch's view of the line may lag behind the release.
-func (n *notifier) released(k string, _ int64) {
+func (n *notifier) released(k string) {
 	if w := n.watchOf(k); w != nil {
 		w.notify("")
 	}

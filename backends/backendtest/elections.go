@@ -29,6 +29,22 @@ func (s *suite) runElections(t *testing.T) {
 	})
 }
 
+// campaignInBackground runs e's Campaign on a goroutine of its own: got
+// receives the leadership, or fail the error. Both are buffered, so the
+// goroutine never blocks once Campaign returns.
+func campaignInBackground(ctx context.Context, e *leader.Election) (got <-chan dsync.Leadership, fail <-chan error) {
+	g, f := make(chan dsync.Leadership, 1), make(chan error, 1)
+	go func() {
+		l, err := e.Campaign(ctx)
+		if err != nil {
+			f <- err
+			return
+		}
+		g <- l
+	}()
+	return g, f
+}
+
 func newElection(t testing.TB, b *dsync.Backend, name, id string, opts *leader.Options) *leader.Election {
 	t.Helper()
 	e, err := leader.New(b, name, id, opts)
@@ -149,16 +165,7 @@ func (s *suite) testElectResign(t *testing.T) {
 	const retryDelay = 30 * time.Second
 	p := &signalPolicy{delay: retryDelay, waiting: make(chan struct{}, 1)}
 	follower := newElection(t, b, name, "b", &leader.Options{TTL: ttl, Retry: p})
-	got := make(chan dsync.Leadership, 1)
-	fail := make(chan error, 1)
-	go func() {
-		l, err := follower.Campaign(ctx)
-		if err != nil {
-			fail <- err
-			return
-		}
-		got <- l
-	}()
+	got, fail := campaignInBackground(ctx, follower)
 	select {
 	case <-p.waiting: // the follower lost an attempt and sleeps
 	case err := <-fail:

@@ -145,16 +145,7 @@ func (s *suite) testElectCutOff(t *testing.T) {
 		t.Fatal(err)
 	}
 	follower := newElection(t, s.backend(t), name, "b", &leader.Options{TTL: ttl})
-	got := make(chan dsync.Leadership, 1)
-	fail := make(chan error, 1)
-	go func() {
-		l, err := follower.Campaign(ctx)
-		if err != nil {
-			fail <- err
-			return
-		}
-		got <- l
-	}()
+	got, fail := campaignInBackground(ctx, follower)
 	time.Sleep(ttl) // some renewals first: the cadence under test
 	cut := time.Now()
 	cd.link.Store(linkCut)

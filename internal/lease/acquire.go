@@ -101,10 +101,14 @@ func (c *Config) TryAcquire(ctx context.Context) (l *Lease, err error) {
 // On a driver that serves waiters in order (backends.Capabilities.Order),
 // Acquire is the one keeper of its place in the backend's line. Its
 // attempts name the call's waiter (NewWaiter, drawn when Acquire is
-// called), so that a refusal puts it in line; all but the first on a key
-// with no subscription kept, which leaves the line alone (the cheaper
-// attempt, when uncontended) and, refused, is followed at once by one in
-// line. It wakes only for a release notice that names no heir, or its
+// called), so that a refusal puts it in line; all but the first, which
+// leaves the line alone (the cheaper attempt, when uncontended) and,
+// refused, is followed at once by one in line. The first names the waiter
+// too when the key's notices are still kept from a contended Acquire a
+// moment ago, unless a waiter of this process handed the call its turn: a
+// refusal is then likely, but a local hand-over is won most often by that
+// second attempt at once, and a place in line would make it wait for the
+// notice (BenchmarkLinger, bench's contention rows). It wakes only for a release notice that names no heir, or its
 // waiter. An Acquire that gives up after an attempt in line leaves the
 // backend's line (Driver.Leave, on a fresh context bounded like a release
 // when ctx is done).
@@ -132,8 +136,8 @@ func (c *Config) Acquire(ctx context.Context, between func(context.Context) erro
 	var notices <-chan backends.Notice
 	watched := false
 	// A key whose notices the line already has was contended a moment
-	// ago: the first attempt joins the line too.
-	contended := waiter != "" && turn.subscribed()
+	// ago by another process: the first attempt joins the line too.
+	contended := waiter != "" && !turn.handed && turn.subscribed()
 	var prev error      // the last attempt that ran its course
 	var b retry.Backoff // started at the first wait
 	for {

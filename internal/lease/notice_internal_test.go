@@ -149,3 +149,64 @@ func TestAcquireKeepsItsPlace(t *testing.T) {
 		}
 	})
 }
+
+// TestHandedTurnStartsOutOfLine: a waiter that a waiter of its own
+// process handed the turn to makes its first attempt out of line, although
+// the key's notices are kept (the key is contended); refused, it attempts
+// in line at once.
+func TestHandedTurnStartsOutOfLine(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		rec := &waiterRecorder{Driver: memory.New(nil)}
+		slow, err := retry.NewConstant(&retry.ConstantOptions{Delay: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := New(testutil.NewBackend(t, rec), Lock, "k", 1, &Options{TTL: time.Minute, Retry: slow})
+		if err != nil {
+			t.Fatal(err)
+		}
+		other, err := New(testutil.NewBackend(t, rec.Driver), Lock, "k", 1, &Options{TTL: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		holder, err := other.Attempt(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		acquire := func() <-chan *Lease {
+			got := make(chan *Lease, 1)
+			go func() {
+				l, err := c.Acquire(ctx, nil)
+				if err != nil {
+					t.Error(err)
+				}
+				got <- l
+			}()
+			synctest.Wait()
+			return got
+		}
+		first := acquire()  // refused twice, in line, waiting for a notice
+		second := acquire() // waiting for its turn
+		rec.take()
+		if err := holder.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait() // the first takes the lock and hands the turn over
+		named, _ := rec.take()
+		if len(named) != 3 || named[0] == "" || named[1] != "" || named[2] == "" || named[2] == named[0] {
+			t.Fatalf("after the release named %q, want the first's waiter (granted), then none and the second's waiter (refused)", named)
+		}
+		l := <-first
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		l = <-second
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if named, _ := rec.take(); len(named) != 1 || named[0] == "" {
+			t.Errorf("on the first's release the second named %q, want its waiter once (granted)", named)
+		}
+	})
+}

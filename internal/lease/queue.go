@@ -51,8 +51,9 @@ type line struct {
 
 // turn is a waiter's place at the head of a line.
 type turn struct {
-	ls  *lines
-	key string
+	ls     *lines
+	key    string
+	handed bool // passed on by a waiter of this process (pass)
 }
 
 // waitTurn blocks until the caller is at the head of c.Key's line, or ctx
@@ -60,7 +61,7 @@ type turn struct {
 // the caller must call pass once it is done contending.
 func waitTurn(ctx context.Context, c *Config) (turn, error) {
 	ls := c.lines
-	t := turn{ls, c.Key}
+	t := turn{ls: ls, key: c.Key}
 	ls.mu.Lock()
 	l := ls.m[c.Key]
 	if l == nil {
@@ -74,6 +75,7 @@ func waitTurn(ctx context.Context, c *Config) (turn, error) {
 
 	select {
 	case <-ch:
+		t.handed = true
 		return t, nil
 	case <-ctx.Done():
 		ls.mu.Lock()

@@ -63,8 +63,10 @@ type Options struct {
 	// backends.MaxValueSize bytes.
 	Value []byte
 	// NoFencing skips drawing fencing tokens (Lease.Token is then 0). On
-	// Redis this saves the per-key counter, which otherwise stays in
-	// memory for every distinct key ever locked.
+	// Redis and Redlock an unfenced acquisition is a plain SET NX PX, a
+	// little cheaper than the script that also draws the token; the
+	// counters themselves are bounded either way (one per Redis Cluster
+	// hash slot, docs/redis.md).
 	NoFencing bool
 	// AutoExtend starts auto-extension on every lease as it is acquired.
 	// Without it, call Lease.AutoExtend or use dsync.Do.

@@ -52,7 +52,7 @@ func (c *cmdFlags) url(p *string) {
 
 // ttl defines --ttl, from $DSYNC_TTL.
 func (c *cmdFlags) ttl(p *time.Duration, what string) {
-	c.DurationVar(p, "ttl", 0, what+" TTL; 0 = the default: the URL's ttl option, else 10s (the same rule as the URL's ttl=0)")
+	c.DurationVar(p, "ttl", 0, what+" TTL; 0 = the default: the URL's ttl option, else 10s")
 	c.fromEnv("ttl", "DSYNC_TTL")
 }
 

@@ -128,8 +128,8 @@ func OpenWith(ctx context.Context, rawURL string, opts *BackendOptions) (*Backen
 	s, ok := schemes[name]
 	schemesMu.RUnlock()
 	if !ok {
-		return nil, fmt.Errorf("%w %q (registered: %s; forgotten import of its backend package, such as _ \"github.com/dsync-dev/dsync/backends/%s\"?)",
-			ErrUnknownScheme, name, strings.Join(schemeNames(), ", "), name)
+		return nil, fmt.Errorf("%w %q (registered: %s%s)",
+			ErrUnknownScheme, name, strings.Join(schemeNames(), ", "), importHint(name))
 	}
 	redacted := RedactURL(rawURL)
 	defaults, err := checkQuery(u, s)
@@ -465,3 +465,21 @@ func (e *openError) Error() string {
 }
 
 func (e *openError) Unwrap() error { return e.err }
+
+// builtinPackages are the packages of this module's schemes, by scheme.
+var builtinPackages = map[string]string{
+	"redis":   "github.com/dsync-dev/dsync/backends/redis",
+	"rediss":  "github.com/dsync-dev/dsync/backends/redis",
+	"redlock": "github.com/dsync-dev/dsync/redlock",
+	"etcd":    "github.com/dsync-dev/dsync/backends/etcd",
+	"memory":  "github.com/dsync-dev/dsync/backends/memory",
+}
+
+// importHint names the import that registers scheme, for one of this
+// module's schemes; nothing for another (its package is not known here).
+func importHint(scheme string) string {
+	if p, ok := builtinPackages[scheme]; ok {
+		return fmt.Sprintf("; forgotten import of its backend package: _ %q?", p)
+	}
+	return ""
+}

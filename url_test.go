@@ -59,7 +59,9 @@ func TestOpenErrors(t *testing.T) {
 		want error
 		text string // must appear in the message
 	}{
-		{"nosuch://h", dsync.ErrUnknownScheme, "forgotten import"},
+		{"redlock://h", dsync.ErrUnknownScheme, `forgotten import of its backend package: _ "github.com/dsync-dev/dsync/redlock"?`},
+		{"rediss://h", dsync.ErrUnknownScheme, `_ "github.com/dsync-dev/dsync/backends/redis"?`},
+		{"nosuch://h", dsync.ErrUnknownScheme, "registered: "},
 		{"nosuch://h", dsync.ErrUnknownScheme, "urltest"},
 		{"h:6379", dsync.ErrInvalid, "no scheme"},
 		{"127.0.0.1:6379", dsync.ErrInvalid, "did you mean redis://127.0.0.1:6379?"},

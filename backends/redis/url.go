@@ -21,7 +21,7 @@ const probeTimeout = 5 * time.Second
 func init() {
 	dsync.Register(dsync.Scheme{
 		Name:       "redis",
-		Summary:    "one Redis server (or Sentinel primary): efficiency-grade locks and semaphores with fencing",
+		Summary:    "one Redis server by its address (Sentinel and Cluster: redis.New over your go-redis client): efficiency-grade locks and semaphores with fencing",
 		Example:    "redis://:password@localhost:6379/0?prefix=myapp:",
 		Options:    urlOptions(false),
 		OpenDriver: openURL,

@@ -22,7 +22,8 @@ import (
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
-	"go.uber.org/goleak"
+
+	"github.com/dsync-dev/dsync/internal/testenv/leakcheck"
 )
 
 // helperEnv makes the test binary run helper instead of the tests.
@@ -32,7 +33,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv(helperEnv) != "" {
 		os.Exit(helper())
 	}
-	goleak.VerifyTestMain(m)
+	leakcheck.VerifyTestMain(m)
 }
 
 // helper starts a server, prints its pid and waits for stdin to close. It

@@ -3,9 +3,11 @@ package faultproxy_test
 import (
 	"bufio"
 	"errors"
-	"io"
 	"net"
+	"runtime"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -16,13 +18,21 @@ import (
 
 func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }
 
-// echoServer answers every line with the same line, until the test ends.
-func echoServer(t *testing.T) string {
+// echo is a server that answers every line with the same line, until the
+// test ends, and counts what reaches it.
+type echo struct {
+	addr     string
+	received atomic.Int64 // bytes
+	lastRead atomic.Int64 // when the last bytes arrived, in Unix nanoseconds
+}
+
+func echoServer(t *testing.T) *echo {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
+	e := &echo{addr: l.Addr().String()}
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	conns := map[net.Conn]bool{}
@@ -35,7 +45,22 @@ func echoServer(t *testing.T) string {
 			mu.Lock()
 			conns[c] = true
 			mu.Unlock()
-			wg.Go(func() { _, _ = io.Copy(c, c) })
+			wg.Go(func() {
+				buf := make([]byte, 1024)
+				for {
+					n, err := c.Read(buf)
+					if n > 0 {
+						e.lastRead.Store(time.Now().UnixNano())
+						e.received.Add(int64(n))
+						if _, err := c.Write(buf[:n]); err != nil {
+							return
+						}
+					}
+					if err != nil {
+						return
+					}
+				}
+			})
 		}
 	})
 	t.Cleanup(func() {
@@ -47,7 +72,7 @@ func echoServer(t *testing.T) string {
 		mu.Unlock()
 		wg.Wait()
 	})
-	return l.Addr().String()
+	return e
 }
 
 type client struct {
@@ -84,7 +109,8 @@ func (c *client) roundTrip(wait time.Duration) (time.Duration, error) {
 }
 
 func TestFaults(t *testing.T) {
-	p := faultproxy.Start(t, echoServer(t))
+	srv := echoServer(t)
+	p := faultproxy.Start(t, srv.addr)
 	c := dial(t, p.Addr())
 	if _, err := c.roundTrip(5 * time.Second); err != nil {
 		t.Fatalf("through a healthy proxy: %v", err)
@@ -94,23 +120,40 @@ func TestFaults(t *testing.T) {
 	if err := p.Latency(latency); err != nil {
 		t.Fatal(err)
 	}
+	sent := time.Now()
 	if took, err := c.roundTrip(5 * time.Second); err != nil || took < latency {
 		t.Fatalf("with latency %v: echo after %v, %v", latency, took, err)
+	}
+	if arrived := time.Unix(0, srv.lastRead.Load()).Sub(sent); arrived > latency/2 {
+		t.Errorf("with latency %v: the request reached the server after %v, want at once", latency, arrived)
 	}
 
 	if err := p.Blackhole(); err != nil {
 		t.Fatal(err)
 	}
+	before := srv.received.Load()
 	var ne net.Error
 	if _, err := c.roundTrip(200 * time.Millisecond); !errors.As(err, &ne) || !ne.Timeout() {
 		t.Fatalf("black-holed: %v, want a timeout", err)
 	}
-	if _, err := dial(t, p.Addr()).roundTrip(200 * time.Millisecond); !errors.As(err, &ne) || !ne.Timeout() {
+	held := dial(t, p.Addr())
+	if _, err := held.roundTrip(200 * time.Millisecond); !errors.As(err, &ne) || !ne.Timeout() {
 		t.Fatalf("black-holed, new connection: %v, want a timeout", err)
+	}
+	if got := srv.received.Load(); got != before {
+		t.Errorf("black-holed: %d bytes reached the server", got-before)
 	}
 
 	if err := p.Heal(); err != nil {
 		t.Fatal(err)
+	}
+	// The connections the black hole held are closed: their requests were
+	// lost.
+	for _, old := range []*client{c, held} {
+		_ = old.c.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := old.r.ReadString('\n'); errors.As(err, &ne) && ne.Timeout() || err == nil {
+			t.Fatalf("healed black hole, a connection it held: read %v, want it closed", err)
+		}
 	}
 	c = dial(t, p.Addr())
 	if _, err := c.roundTrip(5 * time.Second); err != nil {
@@ -120,11 +163,15 @@ func TestFaults(t *testing.T) {
 	if err := p.Refuse(); err != nil {
 		t.Fatal(err)
 	}
+	before = srv.received.Load()
 	if _, err := dial(t, addr).roundTrip(5 * time.Second); !errors.Is(err, syscall.ECONNRESET) {
 		t.Fatalf("refused: a new connection's round trip: %v, want connection reset", err)
 	}
 	if _, err := c.roundTrip(5 * time.Second); err == nil {
 		t.Fatal("refused: an open connection still works")
+	}
+	if got := srv.received.Load(); got != before {
+		t.Errorf("refused: %d bytes reached the server", got-before)
 	}
 	// The port stays the proxy's: a server started meanwhile by another
 	// test must not take it, or the "refused" client would reach it.
@@ -147,6 +194,80 @@ func TestFaults(t *testing.T) {
 	if err := p.Heal(); err == nil {
 		t.Fatal("Heal after Close succeeded")
 	}
+}
+
+// TestLatencyPipelines: replies read together are each delayed by the
+// latency from when they were read, not one after the other.
+func TestLatencyPipelines(t *testing.T) {
+	p := faultproxy.Start(t, echoServer(t).addr)
+	const latency, n = 200 * time.Millisecond, 5
+	if err := p.Latency(latency); err != nil {
+		t.Fatal(err)
+	}
+	c := dial(t, p.Addr())
+	_ = c.c.SetDeadline(time.Now().Add(10 * time.Second))
+	start := time.Now()
+	for range n {
+		if _, err := c.c.Write([]byte("ping\n")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range n {
+		if _, err := c.r.ReadString('\n'); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if took := time.Since(start); took < latency || took > 3*latency {
+		t.Errorf("%d pipelined echoes took %v, want about one latency %v", n, took, latency)
+	}
+}
+
+// TestCloseAwaitsGoroutines: once Close returns, none of the proxy's
+// goroutines is left, whatever the fault and the connections were.
+func TestCloseAwaitsGoroutines(t *testing.T) {
+	srv := echoServer(t)
+	for _, fault := range []string{"none", "latency", "blackhole", "refuse"} {
+		p, err := faultproxy.New(srv.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		open := dial(t, p.Addr())
+		if _, err := open.roundTrip(5 * time.Second); err != nil {
+			t.Fatal(err)
+		}
+		switch fault {
+		case "latency":
+			err = p.Latency(time.Hour)
+		case "blackhole":
+			err = p.Blackhole()
+		case "refuse":
+			err = p.Refuse()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = open.c.Write([]byte("ping\n")) // held by the fault
+		pending := dial(t, p.Addr())          // accepted under the fault
+		_, _ = pending.c.Write([]byte("ping\n"))
+		p.Close()
+		if left := proxyGoroutines(); left != "" {
+			t.Errorf("%s: goroutines left after Close:\n%s", fault, left)
+		}
+	}
+}
+
+// proxyGoroutines returns the stacks of the goroutines running this
+// package's code (other than its tests').
+func proxyGoroutines() string {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	var left []string
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "faultproxy.(*") || strings.Contains(g, "faultproxy.New") {
+			left = append(left, g)
+		}
+	}
+	return strings.Join(left, "\n\n")
 }
 
 // nameServer greets every connection with its name, until the test ends.
@@ -172,19 +293,21 @@ func nameServer(t *testing.T, name string) string {
 }
 
 // TestRedirect: after Redirect, the proxy's address, the same as before,
-// reaches the other server.
+// reaches the other server; the connections open before are cut, and the
+// fault stays.
 func TestRedirect(t *testing.T) {
 	p := faultproxy.Start(t, nameServer(t, "a"))
-	greeting := func() string {
+	greeting := func() (*client, string) {
 		c := dial(t, p.Addr())
 		_ = c.c.SetDeadline(time.Now().Add(5 * time.Second))
 		line, err := c.r.ReadString('\n')
 		if err != nil {
 			t.Fatalf("through the proxy: %v", err)
 		}
-		return line
+		return c, line
 	}
-	if got := greeting(); got != "a\n" {
+	open, got := greeting()
+	if got != "a\n" {
 		t.Fatalf("before Redirect: greeted %q, want a", got)
 	}
 	addr := p.Addr()
@@ -194,7 +317,26 @@ func TestRedirect(t *testing.T) {
 	if p.Addr() != addr {
 		t.Fatalf("address changed from %s to %s", addr, p.Addr())
 	}
-	if got := greeting(); got != "b\n" {
+	var ne net.Error
+	if _, err := open.r.ReadString('\n'); errors.As(err, &ne) && ne.Timeout() || err == nil {
+		t.Fatalf("after Redirect, a connection open before: read %v, want it cut", err)
+	}
+	if _, got := greeting(); got != "b\n" {
 		t.Fatalf("after Redirect: greeted %q, want b", got)
+	}
+	if err := p.Refuse(); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Redirect(nameServer(t, "c")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dial(t, p.Addr()).roundTrip(5 * time.Second); !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("refused, then redirected: %v, want connection reset", err)
+	}
+	if err := p.Heal(); err != nil {
+		t.Fatal(err)
+	}
+	if _, got := greeting(); got != "c\n" {
+		t.Fatalf("after Redirect and Heal: greeted %q, want c", got)
 	}
 }

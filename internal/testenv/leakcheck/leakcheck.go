@@ -18,18 +18,10 @@ import (
 // when etcd's 5 s read timeout expires after a member is stopped, and
 // go-redis's dial prober (started after PoolSize failed dials to a dead
 // node) checks for its pool's closing between one-second sleeps. What is
-// still there after settle is a leak, with two exceptions in test tooling
-// (see toxiproxyStuck and etcdKilledPeerVersion). A variable so that this package's tests can
+// still there after settle is a leak, with one exception in test tooling
+// (see etcdKilledPeerVersion). A variable so that this package's tests can
 // shorten it.
 var settle = 10 * time.Second
-
-// toxiproxyStuck is the top of a goroutine of toxiproxy v2.12 (the fault
-// proxy of the tests, never of dsync) that can block for good: when a
-// toxic is removed from a link while its connection is closing, the stage
-// before it may be left sending into a channel nobody reads any more.
-// internal/testenv/faultproxy avoids the worst case (removing a black hole
-// from live connections), not every interleaving.
-const toxiproxyStuck = "github.com/Shopify/toxiproxy/v2/toxics.(*NoopToxic).Pipe"
 
 // etcdKilledPeerVersion is in the stack of a goroutine of the embedded etcd
 // server (test tooling, never dsync): a peer's version request served
@@ -91,8 +83,6 @@ func expected(g goroutine) bool {
 		return strings.HasPrefix(g.state, "chan receive")
 	case "os/signal.signal_recv", "os/signal.loop":
 		return true // started by importing os/signal
-	case toxiproxyStuck:
-		return true
 	}
 	return g.has("runtime.ensureSigM") || // signal.Notify's
 		g.has("runtime.ReadTrace") || // an execution trace's (go test -trace)

@@ -88,7 +88,7 @@ func TestKilledMasterInNodeOutcomes(t *testing.T) {
 	for _, a := range acquires {
 		ports := map[string]bool{}
 		for _, c := range rec.Ended("dsync.redlock.acquire") {
-			if c.Parent().SpanID() == a.SpanContext().SpanID() {
+			if c.Parent.SpanID() == a.SpanContext.SpanID() {
 				ports[oteltest.Attr(c, "server.port")] = true
 			}
 		}

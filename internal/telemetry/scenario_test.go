@@ -137,7 +137,7 @@ func TestContendedLockRaisesAttemptsAndWait(t *testing.T) {
 		}
 		span = true
 		events := 0
-		for _, e := range s.Events() {
+		for _, e := range s.Events {
 			if e.Name == "dsync.attempt" {
 				events++
 			}
@@ -149,7 +149,7 @@ func TestContendedLockRaisesAttemptsAndWait(t *testing.T) {
 			t.Errorf("Acquire span's token %s, want %d", got, lease.Token())
 		}
 		if oteltest.Attr(s, "dsync.wait") == "" || oteltest.Attr(s, "dsync.key") != key {
-			t.Errorf("Acquire span lacks the wait or the key: %v", s.Attributes())
+			t.Errorf("Acquire span lacks the wait or the key: %v", s.Attributes)
 		}
 	}
 	if !span {
@@ -397,16 +397,16 @@ func TestLossWhileDoRunsOnCallerSpan(t *testing.T) {
 		t.Fatalf("%d caller spans", len(job))
 	}
 	found := false
-	for _, e := range job[0].Events() {
+	for _, e := range job[0].Events {
 		found = found || e.Name == "dsync.lease.lost"
 	}
 	if !found {
-		t.Errorf("the caller's span has no dsync.lease.lost event: %v", job[0].Events())
+		t.Errorf("the caller's span has no dsync.lease.lost event: %v", job[0].Events)
 	}
 	// Do's own calls are children of the caller's span.
 	for _, name := range []string{"dsync.Acquire", "dsync.Extend", "dsync.Release"} {
 		for _, s := range rec.Ended(name) {
-			if s.Parent().SpanID() != job[0].SpanContext().SpanID() && name != "dsync.Extend" {
+			if s.Parent.SpanID() != job[0].SpanContext.SpanID() && name != "dsync.Extend" {
 				t.Errorf("%s is not a child of the caller's span", name)
 			}
 		}

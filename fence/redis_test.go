@@ -12,6 +12,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/dsync-dev/dsync"
+	_ "github.com/dsync-dev/dsync/backends/redis"
 	"github.com/dsync-dev/dsync/fence"
 	"github.com/dsync-dev/dsync/internal/testenv/fencetest"
 	"github.com/dsync-dev/dsync/internal/testenv/redistest"
@@ -91,6 +92,20 @@ func TestRedis(t *testing.T) {
 		}
 		return &redisStore{g: newRedisGuard(t, c), c: c}
 	})
+}
+
+// TestRedisLockTokens: the guard orders the tokens of a real single-Redis
+// lock: the holder whose lease ran out is refused after its successor
+// wrote.
+func TestRedisLockTokens(t *testing.T) {
+	srv := redistest.Start(t, nil)
+	b, err := dsync.Open(t.Context(), srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	c := srv.NewClient(t)
+	fencetest.LateHolder(t, &redisStore{g: newRedisGuard(t, c), c: c}, b, 200*time.Millisecond)
 }
 
 // TestRedisCommands: SET, DEL and HSET write under the guard, and a stale

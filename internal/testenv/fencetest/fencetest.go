@@ -13,9 +13,11 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/dsync-dev/dsync"
 	"github.com/dsync-dev/dsync/fence"
+	"github.com/dsync-dev/dsync/locker"
 )
 
 // Store is a guarded store under test. Names are unique to each test.
@@ -232,4 +234,35 @@ func containsAll(s string, subs ...string) bool {
 		}
 	}
 	return true
+}
+
+// LateHolder runs a lock on b through s: a first holder takes the lock
+// with ttl and writes, then stops renewing it (as a process paused past its
+// TTL would) until its lease is lost; a second holder takes the lock over
+// and writes; the first one's late write must be refused, with the second
+// one's value kept.
+func LateHolder(t *testing.T, s Store, b *dsync.Backend, ttl time.Duration) {
+	t.Helper()
+	ctx := t.Context()
+	name := "late-holder"
+	l, err := locker.New(b, name, &locker.Options{TTL: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := l.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write(t, s, name, first.Token(), "first")
+	<-first.Done() // never extended: lost when its validity runs out
+	second, err := l.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = second.Release(context.WithoutCancel(ctx)) })
+	write(t, s, name, second.Token(), "second")
+	err = s.Write(ctx, name, first.Token(), "late")
+	wantStale(t, err, first.Token())
+	t.Logf("tokens %d then %d; the late write: %v", first.Token(), second.Token(), err)
+	want(t, s, name, "second", []uint64{first.Token(), second.Token()}, second.Token())
 }

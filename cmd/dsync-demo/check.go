@@ -34,7 +34,7 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	ttl := fs.Duration("ttl", 2*time.Second, "lease TTL of the workers")
 	size := fs.Int("size", 2, "semaphore size (--primitive sem)")
 	key := fs.String("key", "", "lock, semaphore or election name (default: dsync-check/ and a random suffix)")
-	storeAddr := fs.String("store", "", "host:port of a Redis to use as the fenced store (default: start a redis-server)")
+	storeAddr := fs.String("store", "", "the fenced store: host:port of a Redis, written through fence's Redis guard, or etcd://host:port,... through etcdfence (default: start a redis-server)")
 	reportPath := fs.String("report", "dsync-check.html", "HTML report to write")
 	asJSON := fs.Bool("json", false, "print the summary as JSON on stdout; progress and reports go to stderr")
 	if code, ok := parseFlags(fs, args); !ok {
@@ -121,9 +121,13 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		defer s.Close()
 		addr = s.Addr()
 	}
-	store := torture.OpenStore(addr)
+	store, err := torture.OpenStore(addr)
+	if err != nil {
+		fmt.Fprintf(stderr, "dsync-demo check: the fenced store: %s\n", oneLine(err))
+		return exitFail
+	}
 	defer store.Close()
-	fmt.Fprintf(out, "fenced store: redis at %s\n", addr)
+	fmt.Fprintf(out, "fenced store: %s at %s, through its fence guard\n", store.Kind(), addr)
 
 	spawn := func(role, url string, args map[string]string) (*proc.Worker, error) {
 		return proc.Spawn(exe, role, url, args)

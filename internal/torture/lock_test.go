@@ -40,8 +40,15 @@ func TestLockContention(t *testing.T) {
 // say so. It returns the report and the paused worker's hold. The
 // workers' first sleep (cfg.Work) must be long enough for the pause to
 // land in it; a trial in which it did not (the holder had written or was
-// releasing when SIGSTOP arrived) runs again.
+// releasing when SIGSTOP arrived) runs again. The store is on a
+// redis-server (see pausedHolderOn).
 func pausedHolder(t *testing.T, s *system, cfg WorkerConfig) (*Report, *Hold) {
+	return pausedHolderOn(t, s, cfg, "redis")
+}
+
+// pausedHolderOn is pausedHolder with the fenced store of kind store (see
+// newEnvOn), and so through its guard.
+func pausedHolderOn(t *testing.T, s *system, cfg WorkerConfig, store string) (*Report, *Hold) {
 	type judged struct {
 		rep *Report
 		h   *Hold
@@ -49,7 +56,7 @@ func pausedHolder(t *testing.T, s *system, cfg WorkerConfig) (*Report, *Hold) {
 	r := untilLanded(t, func(k string) (judged, string) {
 		cfg := cfg
 		cfg.Key = k
-		e := newEnv(t)
+		e := newEnvOn(t, store)
 		e.start(3, s.url(), cfg)
 		e.ready()
 		ev, mark := e.await(0, Is("acquired", nil), "a first holder")
@@ -114,12 +121,38 @@ func wantLossNoticed(t *testing.T, rep *Report, h *Hold) {
 	}
 }
 
+// stores are the kinds of fenced store, each written through its guard:
+// package fence's Redis guard, and fence/etcdfence.
+var stores = []string{"redis", "etcd"}
+
 // TestLockPausedHolder: a holder paused past its TTL is replaced; its late
-// write is rejected by its fencing token and it learns of its loss.
+// write is rejected by its fencing token, through each guard, and it
+// learns of its loss.
 func TestLockPausedHolder(t *testing.T) {
 	forEach(t, func(t *testing.T, s *system) {
-		rep, h := pausedHolder(t, s, pausedConfig(key(t), s.ttl, false))
-		wantFenced(t, rep, h)
+		for _, store := range stores {
+			t.Run(store+"-guard", func(t *testing.T) {
+				rep, h := pausedHolderOn(t, s, pausedConfig(key(t), s.ttl, false), store)
+				wantFenced(t, rep, h)
+			})
+		}
+	})
+}
+
+// TestLockPausedHolderUnguarded is the negative control of the guards in
+// TestLockPausedHolder: the holds carry their fencing tokens, but the
+// writes go to each store without its guard; the store accepts the late
+// write after the next holder's, and the stale-writes check reports it.
+func TestLockPausedHolderUnguarded(t *testing.T) {
+	forEach(t, func(t *testing.T, s *system) {
+		for _, store := range stores {
+			t.Run(store+"-store", func(t *testing.T) {
+				cfg := pausedConfig(key(t), s.ttl, false)
+				cfg.Unguarded = true
+				rep, _ := pausedHolderOn(t, s, cfg, store)
+				wantViolation(t, rep, CheckStaleWrites)
+			})
+		}
 	})
 }
 

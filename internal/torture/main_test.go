@@ -13,6 +13,7 @@ import (
 	"github.com/dsync-dev/dsync"
 	_ "github.com/dsync-dev/dsync/backends/etcd"
 	_ "github.com/dsync-dev/dsync/backends/redis"
+	"github.com/dsync-dev/dsync/internal/testenv/etcdtest"
 	"github.com/dsync-dev/dsync/internal/testenv/leakcheck"
 	"github.com/dsync-dev/dsync/internal/testenv/proc"
 	"github.com/dsync-dev/dsync/internal/testenv/redistest"
@@ -47,19 +48,36 @@ type env struct {
 	ctx   context.Context
 	h     *Harness
 	store *Store
-	addr  string // the store's address
+	addr  string // the store's address (see OpenStore)
 	n     int    // workers started
 }
 
-func newEnv(t *testing.T) *env {
+// newEnv is newEnvOn with the store on a redis-server.
+func newEnv(t *testing.T) *env { return newEnvOn(t, "redis") }
+
+// newEnvOn starts a scenario's harness, with its fenced store of kind
+// "redis" (a redis-server, written through fence.Redis) or "etcd" (a
+// one-member etcd, written through etcdfence).
+func newEnvOn(t *testing.T, kind string) *env {
 	t.Helper()
-	s := redistest.Start(t, nil)
-	store := OpenStore(s.Addr())
+	var addr string
+	switch kind {
+	case "redis":
+		addr = redistest.Start(t, nil).Addr()
+	case "etcd":
+		addr = EtcdStore + strings.Join(etcdtest.Start(t, nil).Endpoints(), ",")
+	default:
+		t.Fatalf("unknown store %q", kind)
+	}
+	store, err := OpenStore(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { _ = store.Close() })
 	spawn := func(role, url string, args map[string]string) (*proc.Worker, error) {
 		return proc.Start(t, role, url, args), nil
 	}
-	e := &env{t: t, ctx: t.Context(), h: New(spawn, store), store: store, addr: s.Addr()}
+	e := &env{t: t, ctx: t.Context(), h: New(spawn, store), store: store, addr: addr}
 	// Stops what a failed scenario left running; after a finished one it
 	// does nothing.
 	t.Cleanup(func() { e.h.Stop(context.Background(), stopTimeout) })

@@ -37,7 +37,7 @@ type WorkerConfig struct {
 	ID    string // writer name in the store; unique per worker
 	Prim  string // PrimLock, PrimSem, PrimElect or PrimNaive
 	Key   string // the lock, semaphore or election name
-	Store string // the fenced store's address, host:port
+	Store string // the fenced store's address (see OpenStore)
 	TTL   time.Duration
 	Size  int // semaphore size; 1 for locks and elections
 	// Writes is the number of fenced writes per critical section, each
@@ -54,6 +54,10 @@ type WorkerConfig struct {
 	// NoFencing turns fencing tokens off (locker.Options.NoFencing): the
 	// writes carry token 0, which the store always accepts.
 	NoFencing bool
+	// Unguarded writes to the store without its guard, though the holds
+	// carry fencing tokens: the store accepts every write (the negative
+	// control of the guards).
+	Unguarded bool
 	// Nodes are the Redis addresses of PrimNaive, or the Redlock masters
 	// as this worker reaches them (comma-separated, in the URL's order):
 	// a Redlock semaphore's worker then reports where each permit is held
@@ -70,17 +74,19 @@ func (c WorkerConfig) Args() map[string]string {
 		"ttl": c.TTL.String(), "size": strconv.Itoa(max(c.Size, 1)),
 		"writes": strconv.Itoa(c.Writes), "work": c.Work.String(), "gap": c.Gap.String(),
 		"acquire_timeout": c.AcquireTimeout.String(), "nofence": strconv.FormatBool(c.NoFencing),
-		"nodes": c.Nodes, "holds": strconv.Itoa(c.Holds),
+		"unguarded": strconv.FormatBool(c.Unguarded),
+		"nodes":     c.Nodes, "holds": strconv.Itoa(c.Holds),
 	}
 }
 
 func configOf(a proc.Args) WorkerConfig {
 	nofence, _ := strconv.ParseBool(a.Str("nofence"))
+	unguarded, _ := strconv.ParseBool(a.Str("unguarded"))
 	return WorkerConfig{
 		ID: a.Str("id"), Prim: a.Str("prim"), Key: a.Str("key"), Store: a.Str("store"),
 		TTL: a.Duration("ttl"), Size: a.Int("size"), Writes: a.Int("writes"),
 		Work: a.Duration("work"), Gap: a.Duration("gap"), AcquireTimeout: a.Duration("acquire_timeout"),
-		NoFencing: nofence, Nodes: a.Str("nodes"), Holds: a.Int("holds"),
+		NoFencing: nofence, Unguarded: unguarded, Nodes: a.Str("nodes"), Holds: a.Int("holds"),
 	}
 }
 
@@ -188,7 +194,10 @@ func sleep(ctx context.Context, d time.Duration) bool {
 //	unavailable CLASS MILLIS          an Acquire that failed, and how long it took
 func runWorker(ctx context.Context, b *dsync.Backend, a proc.Args, emit proc.Emit) error {
 	c := configOf(a)
-	store := OpenStore(c.Store)
+	store, err := OpenStore(c.Store)
+	if err != nil {
+		return err
+	}
 	defer store.Close()
 	acquire, closeAcq, err := newAcquirer(b, c)
 	if err != nil {
@@ -196,7 +205,7 @@ func runWorker(ctx context.Context, b *dsync.Backend, a proc.Args, emit proc.Emi
 	}
 	defer closeAcq()
 	resource := Resource(c.Prim, c.Key)
-	fenced := c.Prim == PrimLock || c.Prim == PrimElect
+	fenced := (c.Prim == PrimLock || c.Prim == PrimElect) && !c.Unguarded
 	var where *masters // a Redlock semaphore's masters, to report each permit's place
 	if c.Prim == PrimSem && c.Nodes != "" {
 		where = newMasters(strings.Split(c.Nodes, ","), c.Key)

@@ -27,7 +27,8 @@ type demoConfig struct {
 	key            string
 	workers, round int
 	work           time.Duration
-	size           int // permits of the semaphore part
+	size           int       // permits of the semaphore part
+	res            *resource // what the stale write's holders write to
 }
 
 // stage is one backend the story runs on.
@@ -144,6 +145,17 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if code != exitOK {
 			return code
 		}
+		if cfg.res == nil {
+			res, err := startResource(ctx)
+			if err != nil {
+				b.Close()
+				fmt.Fprintf(stderr, "dsync-demo: starting the resource the locks protect: %s\n", oneLine(err))
+				return exitFail
+			}
+			defer res.close()
+			cfg.res = res
+			s.say("the resource the locks protect: %s", res.what)
+		}
 		r, err := runStage(ctx, b, st, cfg, s)
 		b.Close()
 		if err != nil {
@@ -224,7 +236,7 @@ func runStage(ctx context.Context, b *dsync.Backend, st stage, cfg demoConfig, s
 		row.acquisitions, roundDur(row.handover), roundDur(row.failover), demoTTL)
 	r.check("election: one leader per term, terms increasing", row.ok(), strings.Join(row.violations, "; "))
 
-	staleWrite(ctx, b, st.url, cfg.key+"-stale", s, r)
+	staleWrite(ctx, b, st.url, cfg.key+"-stale", cfg.res, s, r)
 
 	if st.faults != nil {
 		st.faults(ctx, b, s, r)

@@ -8,37 +8,20 @@ import (
 	"time"
 
 	"github.com/dsync-dev/dsync"
+	"github.com/dsync-dev/dsync/fence"
 	"github.com/dsync-dev/dsync/internal/testenv/etcdtest"
 	"github.com/dsync-dev/dsync/internal/testenv/redistest"
 	"github.com/dsync-dev/dsync/locker"
 	"github.com/dsync-dev/dsync/redlock"
 )
 
-// fencedStore is the resource the holders write to, as a database or a
-// storage service would guard itself: it remembers the highest fencing
-// token it accepted and refuses a write that carries a lower one.
-type fencedStore struct {
-	mu      sync.Mutex // protects highest
-	highest uint64
-}
-
-func (f *fencedStore) write(token uint64) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if token < f.highest {
-		return fmt.Errorf("token %d < %d", token, f.highest)
-	}
-	f.highest = token
-	return nil
-}
-
 // staleWrite shows what fencing is for: w1 holds the lock and "pauses"
 // (it stops renewing, as a process stopped by SIGSTOP or a long GC pause
 // would) past its TTL; w2, on a backend of its own as another process
-// would be, takes the lock over; then w1 wakes up and writes. The store
-// must refuse w1's write by its token. w2's grant is the proof that w1's
-// hold really expired on the servers.
-func staleWrite(ctx context.Context, b *dsync.Backend, url, key string, s *story, r *backendReport) {
+// would be, takes the lock over; then w1 wakes up and writes. The
+// resource's guard must refuse w1's write by its token. w2's grant is the
+// proof that w1's hold really expired on the servers.
+func staleWrite(ctx context.Context, b *dsync.Backend, url, key string, res *resource, s *story, r *backendReport) {
 	const name = "stale write refused by its fencing token"
 	r.stale = "ERROR"
 	b2, err := dsync.Open(ctx, url)
@@ -53,7 +36,8 @@ func staleWrite(ctx context.Context, b *dsync.Backend, url, key string, s *story
 		r.check(name, false, err.Error())
 		return
 	}
-	var store fencedStore
+	// A fence per backend: tokens of different backends do not compare.
+	fenced := key + "@" + r.name
 	w1, err := l1.Acquire(ctx)
 	if err != nil {
 		r.check(name, false, "w1: "+err.Error())
@@ -61,7 +45,7 @@ func staleWrite(ctx context.Context, b *dsync.Backend, url, key string, s *story
 	}
 	t1 := w1.Token()
 	defer func() { _ = w1.Release(context.WithoutCancel(ctx)) }() // ErrNotHeld by then: nothing to undo
-	first := store.write(t1)
+	first := res.write(ctx, fenced, t1, "w1")
 	s.event("w1  acquired, token %d; its write accepted: %v; then it pauses, renewing nothing", t1, first == nil)
 	paused := time.Now()
 	actx, cancel := context.WithTimeout(ctx, 10*staleTTL)
@@ -75,8 +59,8 @@ func staleWrite(ctx context.Context, b *dsync.Backend, url, key string, s *story
 	t2 := w2.Token()
 	defer func() { _ = w2.Release(context.WithoutCancel(ctx)) }()
 	s.event("w2  acquired after %v, token %d", roundDur(tookOver), t2)
-	second := store.write(t2)
-	late := store.write(t1) // w1 wakes up, unaware, and writes
+	second := res.write(ctx, fenced, t2, "w2")
+	late := res.write(ctx, fenced, t1, "w1, late") // w1 wakes up, unaware, and writes
 	s.say("stale write: w1 took the lock with token %d, then paused past its ttl %v", t1, staleTTL)
 	s.say("  w2 took over %v later with token %d; its write is accepted", roundDur(tookOver), t2)
 	switch {
@@ -84,12 +68,12 @@ func staleWrite(ctx context.Context, b *dsync.Backend, url, key string, s *story
 		r.stale = "no token"
 		s.say("  this backend gives no fencing tokens: nothing can tell w1's late write from w2's")
 		r.check(name, false, "no fencing tokens")
-	case second != nil || late == nil:
+	case second != nil || !errors.Is(late, fence.ErrStale):
 		r.stale = "ACCEPTED"
 		r.check(name, false, fmt.Sprintf("w2's write: %v; w1's late write: %v", second, late))
 	default:
 		r.stale = "refused"
-		s.say("  w1 wakes up and writes: its late write is refused, %v", late)
+		s.say("  w1 wakes up and writes; the guard refuses it: %v", late)
 		r.check(name, true, "")
 	}
 }

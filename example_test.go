@@ -2,11 +2,17 @@ package dsync_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log"
+	"os"
 	"time"
+
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/dsync-dev/dsync"
 	_ "github.com/dsync-dev/dsync/backends/memory"
+	"github.com/dsync-dev/dsync/fence"
 	"github.com/dsync-dev/dsync/leader"
 	"github.com/dsync-dev/dsync/locker"
 )
@@ -57,43 +63,48 @@ func ExampleLocker_TryAcquire() {
 	// after release, token: 2
 }
 
-// fencedStore stands in for the resource a lock protects: it refuses a
-// write whose fencing token is below the largest it has accepted.
-type fencedStore struct{ last uint64 }
-
-func (s *fencedStore) Write(token uint64, v string) error {
-	if token < s.last {
-		return fmt.Errorf("stale token %d (last %d): write of %q refused", token, s.last, v)
-	}
-	s.last = token
-	return nil
-}
-
-// By hand: acquire, hand the fencing token to the protected resource,
-// extend, release. A holder that lost its lease (paused past its TTL, say)
-// writes with an older token than its successor, and the resource refuses.
+// Fencing: hand the lease's token to the resource you write, through a
+// guard of package fence that refuses a token older than one it has seen.
+// Here the resource is a Redis used as a data store (package fence guards
+// SQL databases too, and fence/etcdfence etcd). A holder that lost its
+// lease while paused writes with an older token than its successor, and
+// the guard refuses the write with nothing written. Not run here: it needs
+// a backend and a Redis server (the guards' tests run against real ones,
+// and tests/fence has this story on SQLite, with its output).
 func Example_fencing() {
 	ctx := context.Background()
-	b, _ := dsync.Open(ctx, "memory://example-fencing")
+	b, err := dsync.Open(ctx, os.Getenv("DSYNC_URL")) // any backend: its package imported
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer b.Close()
-	l, _ := locker.New(b, "ledger", &locker.Options{TTL: 50 * time.Millisecond, DriftMin: -1})
-	store := &fencedStore{}
+	l, err := locker.New(b, "ledger", nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	rdb := goredis.NewClient(&goredis.Options{Addr: "localhost:6379"}) // the data store: any Redis
+	defer rdb.Close()
+	guard, err := fence.NewRedis(rdb, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
 
-	old, _ := l.Acquire(ctx)
-	fmt.Println("extend:", old.Extend(ctx))
-	<-old.Done() // not extended again: lost when its validity runs out
-	fmt.Println("old lease:", old.Err())
-
-	cur, _ := l.Acquire(ctx)
-	fmt.Println(store.Write(cur.Token(), "new"))
-	fmt.Println(store.Write(old.Token(), "late")) // the old holder, waking up
-	fmt.Println("release:", cur.Release(ctx))
-	// Output:
-	// extend: <nil>
-	// old lease: dsync: lease lost: "ledger": its validity ran out
-	// <nil>
-	// stale token 1 (last 2): write of "late" refused
-	// release: <nil>
+	lease, err := l.Acquire(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer lease.Release(ctx)
+	// The key carries the name in braces, so that on Redis Cluster it
+	// shares the hash slot of the name's fence.
+	err = guard.Set(ctx, "ledger", lease.Token(), "{ledger}:balance", "100", 0)
+	switch {
+	case errors.Is(err, fence.ErrStale):
+		// A newer holder has written: this lease is lost. Nothing was
+		// written; stop working on the ledger.
+		fmt.Println(err)
+	case err != nil:
+		log.Fatal(err)
+	}
 }
 
 // Observe reports the leader each time a read finds another one, "no

@@ -73,7 +73,7 @@ func (s *redisStore) Fence(ctx context.Context, name string) (uint64, error) {
 
 func (s *redisStore) MaxToken() uint64 { return math.MaxUint64 }
 
-func newRedisGuard(t *testing.T, c goredis.Scripter) *fence.Redis {
+func newRedisGuard(t testing.TB, c goredis.Scripter) *fence.Redis {
 	t.Helper()
 	g, err := fence.NewRedis(c, nil)
 	if err != nil {
@@ -279,4 +279,28 @@ func TestRedisCluster(t *testing.T) {
 	if err := g.Set(ctx, "orders", 3, "elsewhere", "x", 0); err == nil || !strings.Contains(err.Error(), "CROSSSLOT") {
 		t.Errorf("a key outside the name's slot: %v, want CROSSSLOT", err)
 	}
+}
+
+// BenchmarkRedisGuard sets a key through the guard and with a plain SET,
+// on one redis-server: the guard's cost is guarded/plain.
+func BenchmarkRedisGuard(b *testing.B) {
+	c := redistest.Start(b, nil).NewClient(b)
+	g := newRedisGuard(b, c)
+	ctx := b.Context()
+	var token uint64 // grows across the runs of the sub-benchmark
+	b.Run("guarded", func(b *testing.B) {
+		for range b.N {
+			token++
+			if err := g.Set(ctx, "bench", token, "{bench}:v", "value", 0); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("plain", func(b *testing.B) {
+		for range b.N {
+			if err := c.Set(ctx, "{bench}:v", "value", 0).Err(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }

@@ -116,7 +116,7 @@ func (s *sqlStore) MaxToken() uint64 { return math.MaxInt64 }
 // openSQLite opens a database file of its own for the test. The busy
 // timeout makes a writer wait for another's transaction instead of failing
 // with SQLITE_BUSY.
-func openSQLite(t *testing.T) *sql.DB {
+func openSQLite(t testing.TB) *sql.DB {
 	t.Helper()
 	db, err := sql.Open("sqlite", "file:"+filepath.Join(t.TempDir(), "fence.db")+"?_pragma=busy_timeout(20000)&_pragma=journal_mode(WAL)")
 	if err != nil {
@@ -143,7 +143,7 @@ func TestSQLite(t *testing.T) {
 	t.Run("Suite", func(t *testing.T) {
 		fencetest.Run(t, func(t *testing.T) fencetest.Store { return newSQLStore(t, openSQLite(t), fence.SQLite) })
 	})
-	runSQLTests(t, openSQLite, fence.SQLite)
+	runSQLTests(t, func(t *testing.T) *sql.DB { return openSQLite(t) }, fence.SQLite)
 }
 
 func runSQLTests(t *testing.T, newDB func(t *testing.T) *sql.DB, d fence.Dialect) {
@@ -365,3 +365,58 @@ func TestSQLBadInput(t *testing.T) {
 }
 
 func second[T any](_ T, err error) error { return err }
+
+// BenchmarkSQLGuard inserts a row in a transaction through the guard (Do)
+// and in a plain one, on PostgreSQL and SQLite: the guard's cost is
+// guarded/plain.
+func BenchmarkSQLGuard(b *testing.B) {
+	srv := pgtest.Start(b)
+	for _, d := range []fence.Dialect{fence.Postgres, fence.SQLite} {
+		b.Run(d.String(), func(b *testing.B) {
+			var db *sql.DB
+			if d == fence.Postgres {
+				db = srv.NewDB(b)
+			} else {
+				db = openSQLite(b)
+			}
+			ctx := b.Context()
+			g, err := fence.NewSQL(db, d, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := g.CreateTable(ctx); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := db.ExecContext(ctx, "CREATE TABLE rows (v TEXT NOT NULL)"); err != nil {
+				b.Fatal(err)
+			}
+			insert := func(tx *sql.Tx) error {
+				_, err := tx.ExecContext(ctx, "INSERT INTO rows (v) VALUES ('value')")
+				return err
+			}
+			var token uint64 // grows across the runs of the sub-benchmark
+			b.Run("guarded", func(b *testing.B) {
+				for range b.N {
+					token++
+					if err := g.Do(ctx, "bench", token, insert); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+			b.Run("plain", func(b *testing.B) {
+				for range b.N {
+					tx, err := db.BeginTx(ctx, nil)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if err := insert(tx); err != nil {
+						b.Fatal(err)
+					}
+					if err := tx.Commit(); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		})
+	}
+}

@@ -148,9 +148,10 @@ func (g *SQL) Do(ctx context.Context, name string, token uint64, fn func(tx *sql
 
 // Check is Do's check, for a transaction of the caller's: it raises the
 // fence of name to token, or returns an error matching ErrStale if the
-// fence holds a larger token. On PostgreSQL it locks the fence's row until
-// tx ends, so that transactions on one name commit in the order of their
-// tokens. Call it before the transaction's writes; they are fenced only if
+// fence holds a larger token. The raise is tx's: a rollback undoes it. On
+// PostgreSQL it locks the fence's row until tx ends: a transaction that
+// checks the same name meanwhile waits, then compares its token with what
+// tx committed. Call it before the transaction's writes; they are fenced if
 // tx commits after Check returned nil. Tokens above math.MaxInt64 (the
 // largest a BIGINT holds) are refused, as are token 0 and an empty name,
 // with an error matching dsync.ErrInvalid.

@@ -1,4 +1,8 @@
-// Package backends is the driver SPI that every dsync backend implements.
+// Package backends is the API of backend authors: the driver SPI that
+// every dsync backend implements, the URL scheme registry that dsync.Open
+// reads (Register, Scheme), and the helpers of a scheme's URL parsing.
+// Applications do not import it; they reach a driver only through a
+// *dsync.Backend and the lease layer above it.
 //
 // A driver is a thin adapter over one coordination service (a Redis server,
 // N Redis masters, an etcd cluster, process memory). Every method makes
@@ -16,8 +20,9 @@
 // (ErrInvalid, ErrUnsupported, ErrClosed) or an unknown outcome that the
 // caller cleans up with Release. backendtest checks both on every driver.
 //
-// This package imports nothing but the standard library, so that a driver
-// can be written without pulling in the rest of the module.
+// This package imports nothing but the standard library and the
+// OpenTelemetry metric API (for Telemetry), so that a driver can be
+// written without pulling in the rest of the module.
 package backends
 
 import (

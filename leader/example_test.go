@@ -15,7 +15,7 @@ import (
 // in Campaign, takes over at once with a greater term.
 func Example() {
 	ctx := context.Background()
-	b, err := dsync.NewBackend(memory.New(nil), nil) // in a real fleet: dsync.Open(ctx, url)
+	b, err := memory.New(nil) // in a real fleet: dsync.Open(ctx, url)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -50,7 +50,7 @@ func Example() {
 // Run leads for as long as its context lasts, calling the function once per
 // term with a context that ends when the term does.
 func ExampleRun() {
-	b, err := dsync.NewBackend(memory.New(nil), nil)
+	b, err := memory.New(nil)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -84,7 +84,7 @@ func ExampleRun() {
 func ExampleObserver_Observe() {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	b, err := dsync.NewBackend(memory.New(nil), nil)
+	b, err := memory.New(nil)
 	if err != nil {
 		log.Fatal(err)
 	}

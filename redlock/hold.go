@@ -16,7 +16,7 @@ import (
 
 // heldTarget checks a Release or Refresh of (key, token), before any I/O,
 // and returns where its hold is: the slot it won, or key's lock.
-func (d *Driver) heldTarget(key, token string) (redisnode.Target, error) {
+func (d *driver) heldTarget(key, token string) (redisnode.Target, error) {
 	if d.closed.Load() {
 		return redisnode.Target{}, backends.ErrClosed
 	}
@@ -33,7 +33,7 @@ func (d *Driver) heldTarget(key, token string) (redisnode.Target, error) {
 // more nodes than a quorum tolerates, and the nodes' errors otherwise. For
 // a semaphore, key is the semaphore's: the driver knows the permit's slot,
 // and its release wakes the semaphore's waiters.
-func (d *Driver) Release(ctx context.Context, key, token string) error {
+func (d *driver) Release(ctx context.Context, key, token string) error {
 	t, err := d.heldTarget(key, token)
 	if err != nil {
 		return err
@@ -63,7 +63,7 @@ func (d *Driver) Release(ctx context.Context, key, token string) error {
 // ended. If not, the request withdraws its key itself when it lands.
 // Waiting keeps to one command per node and step: without it the release
 // and the straggler's withdrawal both go out.
-func (d *Driver) awaitLanding(ctx context.Context, h *hold, i int) bool {
+func (d *driver) awaitLanding(ctx context.Context, h *hold, i int) bool {
 	for {
 		d.mu.Lock()
 		if h.inFlight&(1<<i) == 0 {
@@ -93,7 +93,7 @@ func (d *Driver) awaitLanding(ctx context.Context, h *hold, i int) bool {
 // quarantined nor an alias), in parallel; it succeeds when a quorum refreshed it. A hold gone from more
 // nodes than a quorum tolerates is ErrNotHeld; expired keys are never
 // re-created. For a semaphore, key is the semaphore's.
-func (d *Driver) Refresh(ctx context.Context, key, token string, ttl time.Duration) error {
+func (d *driver) Refresh(ctx context.Context, key, token string, ttl time.Duration) error {
 	t, err := d.heldTarget(key, token)
 	if err != nil {
 		return err
@@ -119,7 +119,7 @@ type counted struct {
 	errs        *multierror.Error
 }
 
-func (d *Driver) fanOutCounted(ctx context.Context, nt time.Duration, sel selector, what telemetry.NodeOp, op func(context.Context, *node) error) counted {
+func (d *driver) fanOutCounted(ctx context.Context, nt time.Duration, sel selector, what telemetry.NodeOp, op func(context.Context, *node) error) counted {
 	ok, errs := d.fanOut(ctx, nt, sel, what, op)
 	c := counted{ok: ok, errs: errs}
 	for _, e := range errs.WrappedErrors() {
@@ -130,7 +130,7 @@ func (d *Driver) fanOutCounted(ctx context.Context, nt time.Duration, sel select
 	return c
 }
 
-func (d *Driver) quorumResult(op string, c counted) error {
+func (d *driver) quorumResult(op string, c counted) error {
 	n := len(d.nodes)
 	switch {
 	case c.ok >= d.quorum:
@@ -148,7 +148,7 @@ func (d *Driver) quorumResult(op string, c counted) error {
 // semaphore, the one whose hold expires last. It returns ErrNotHeld when no
 // hold has a quorum. It reads every node whose vote counts in one
 // parallel round.
-func (d *Driver) Holder(ctx context.Context, key string) (backends.HolderInfo, error) {
+func (d *driver) Holder(ctx context.Context, key string) (backends.HolderInfo, error) {
 	if d.closed.Load() {
 		return backends.HolderInfo{}, backends.ErrClosed
 	}
@@ -197,7 +197,7 @@ func (d *Driver) Holder(ctx context.Context, key string) (backends.HolderInfo, e
 // waiter (or frees it) and tells its waiters. It returns nil when a quorum
 // of nodes answered, and the nodes' errors otherwise: a place left behind
 // lapses on its own.
-func (d *Driver) Leave(ctx context.Context, key, waiter string) error {
+func (d *driver) Leave(ctx context.Context, key, waiter string) error {
 	if d.closed.Load() {
 		return backends.ErrClosed
 	}

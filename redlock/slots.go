@@ -22,7 +22,7 @@ const MaxLimit = redisnode.MaxSlots
 // of one slot need two intersecting majorities, which cannot both be
 // granted while one holds: the semaphore never admits more than req.Limit
 // holders (see docs/redlock.md).
-func (d *Driver) acquireSlots(ctx context.Context, req backends.Request, nt time.Duration) (backends.Grant, error) {
+func (d *driver) acquireSlots(ctx context.Context, req backends.Request, nt time.Duration) (backends.Grant, error) {
 	start := time.Now()
 	first := rand.IntN(req.Limit)
 	contended := true // every slot so far was held on a quorum of nodes

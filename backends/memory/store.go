@@ -19,7 +19,7 @@ import (
 type Store struct {
 	clock Clock
 
-	// mu protects keys and sweepAt, and the fields of every entry, Driver
+	// mu protects keys and sweepAt, and the fields of every entry, driver
 	// and subscription marked "guarded by Store.mu". It is held for every
 	// whole operation, which makes each one atomic.
 	mu      sync.Mutex

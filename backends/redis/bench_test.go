@@ -39,7 +39,7 @@ end`)
 func BenchmarkLockCycle(b *testing.B) {
 	srv := redistest.Start(b, nil)
 	client := srv.NewClient(b)
-	d, err := redis.New(client, nil)
+	d, err := redis.NewDriver(client, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -146,7 +146,7 @@ func rawCycle(b *testing.B, client *goredis.Client, key string) func() {
 func BenchmarkLockCycleRatio(b *testing.B) {
 	srv := redistest.Start(b, nil)
 	client := srv.NewClient(b)
-	d, err := redis.New(client, nil)
+	d, err := redis.NewDriver(client, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -186,7 +186,7 @@ func BenchmarkLockCycleRatio(b *testing.B) {
 func BenchmarkSemCycleRatio(b *testing.B) {
 	srv := redistest.Start(b, nil)
 	client := srv.NewClient(b)
-	d, err := redis.New(client, nil)
+	d, err := redis.NewDriver(client, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -235,7 +235,7 @@ func BenchmarkTelemetryRatio(b *testing.B) {
 	client := srv.NewClient(b)
 	ctx := context.Background()
 	backend := func(t dsync.Telemetry) *dsync.Backend {
-		d, err := redis.New(client, nil)
+		d, err := redis.NewDriver(client, nil)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dsync-dev/dsync"
+	"github.com/dsync-dev/dsync/backends"
 )
 
 func healthFlags() *cmdFlags {
@@ -51,7 +52,7 @@ func runHealth(ctx context.Context, args []string, io stdio) int {
 	var rawURL string
 	c.url(&rawURL)
 	asJSON := c.Bool("json", false, "print one JSON object")
-	timeout := c.Duration("timeout", dsync.DefaultHealthTimeout, "bound on opening the backend and probing its servers")
+	timeout := c.Duration("timeout", 5*time.Second, "bound on opening the backend and probing its servers")
 	p, code, ok := c.parse(args, io)
 	if !ok {
 		return code
@@ -69,7 +70,7 @@ func runHealth(ctx context.Context, args []string, io stdio) int {
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
 	scrub := secretsScrubber(rawURL)
-	report := healthReport{Backend: dsync.RedactURL(rawURL), Nodes: []healthNode{}}
+	report := healthReport{Backend: backends.RedactURL(rawURL), Nodes: []healthNode{}}
 	b, err := dsync.Open(ctx, rawURL)
 	switch {
 	case errors.Is(err, dsync.ErrInvalid) || errors.Is(err, dsync.ErrUnknownScheme):
@@ -150,7 +151,7 @@ func secretsScrubber(rawURL string) func(string) string {
 		if p, ok := u.User.Password(); ok && p != "" {
 			secrets = append(secrets, p)
 		}
-		if r, err := url.Parse(dsync.RedactURL(rawURL)); err == nil {
+		if r, err := url.Parse(backends.RedactURL(rawURL)); err == nil {
 			redacted := r.Query()
 			for k, vs := range u.Query() {
 				if redacted.Get(k) != "xxxxx" {

@@ -130,9 +130,14 @@ type Leadership interface {
 }
 
 // LeaderInfo is the state of an election as an observer's read found it.
+// The zero value means no leader.
 type LeaderInfo struct {
 	// ID is the leader's candidate ID, or empty when there is no leader.
 	ID string
+	// Term is the fencing token of the leader's term, its
+	// Leadership.Term(); zero when there is no leader or the backend has
+	// no fencing.
+	Term uint64
 }
 
 // LeaderElection elects one leader among candidates of the same name.
@@ -140,8 +145,9 @@ type LeaderElection interface {
 	// Campaign blocks until this candidate leads, or ctx ends (an error
 	// matching ErrNotAcquired and ctx's error).
 	Campaign(ctx context.Context) (Leadership, error)
-	// Leader returns the current leader's candidate ID, or ErrNoLeader.
-	Leader(ctx context.Context) (string, error)
+	// Leader returns the current leader's candidate ID and term, or an
+	// error matching ErrNoLeader.
+	Leader(ctx context.Context) (LeaderInfo, error)
 	// Observe streams the leader as successive reads find it, each state
 	// that differs from the last one sent, including the lack of a leader,
 	// until ctx ends; then the channel is closed. It reads at intervals

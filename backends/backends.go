@@ -72,7 +72,9 @@ type Driver interface {
 
 	// Holder reports the current holder of key, or ErrNotHeld when nobody
 	// holds it. For a semaphore key it reports the holder whose hold expires
-	// last.
+	// last. For a lock held with a fencing token, HolderInfo.Fence is that
+	// token (what the holder's Grant.Fence was), so that an observer learns
+	// a leader's term; backendtest checks it.
 	Holder(ctx context.Context, key string) (HolderInfo, error)
 
 	// WatchReleases subscribes to release notices for key, so that waiters
@@ -169,6 +171,12 @@ type HolderInfo struct {
 	Value []byte
 	// TTL is the remaining time to live as the server reports it.
 	TTL time.Duration
+	// Fence is the hold's fencing token, as its Grant.Fence was, for a
+	// lock acquired with fencing (Request.Fence). For a hold acquired
+	// without, a driver reports zero or the token it would have drawn;
+	// zero on a driver without fencing, and for a semaphore's holder where
+	// the driver keeps no token per holder.
+	Fence uint64
 }
 
 // MaxValueSize bounds Request.Value for every driver.

@@ -145,8 +145,8 @@ func TestResignHandsOver(t *testing.T) {
 		go func() { got <- campaign(t, bEl) }()
 		time.Sleep(time.Second) // fake time: b has tried and is waiting
 		synctest.Wait()
-		if id, err := a.Leader(context.Background()); err != nil || id != "a" {
-			t.Fatalf("Leader = %q, %v; want a", id, err)
+		if li, err := a.Leader(context.Background()); err != nil || li != (dsync.LeaderInfo{ID: "a", Term: la.Term()}) {
+			t.Fatalf("Leader = %+v, %v; want a in term %d", li, err, la.Term())
 		}
 		resigned := time.Now()
 		if err := la.Resign(context.Background()); err != nil {
@@ -165,8 +165,8 @@ func TestResignHandsOver(t *testing.T) {
 		if err := la.Resign(context.Background()); !errors.Is(err, dsync.ErrNotHeld) {
 			t.Errorf("second Resign = %v, want ErrNotHeld", err)
 		}
-		if id, err := a.Leader(context.Background()); err != nil || id != "b" {
-			t.Fatalf("Leader = %q, %v; want b", id, err)
+		if li, err := a.Leader(context.Background()); err != nil || li != (dsync.LeaderInfo{ID: "b", Term: lb.Term()}) {
+			t.Fatalf("Leader = %+v, %v; want b in term %d", li, err, lb.Term())
 		}
 		if err := lb.Resign(context.Background()); err != nil {
 			t.Fatal(err)

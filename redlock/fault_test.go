@@ -150,16 +150,25 @@ func nodeValue(t *testing.T, c *goredis.Client, key string) string {
 	return v
 }
 
-// holders lists the nodes on which key's hold has the value tok.
+// holders lists the nodes on which key's hold is tok's.
 func holders(t *testing.T, clients []*goredis.Client, key, tok string) []int {
 	t.Helper()
 	var out []int
 	for i, c := range clients {
-		if nodeValue(t, c, key) == tok {
+		if storedToken(nodeValue(t, c, key)) == tok {
 			out = append(out, i)
 		}
 	}
 	return out
+}
+
+// storedToken is the token of a hold as a node stores it: what precedes
+// its fencing token ("\t") and its value ("\n"), if any.
+func storedToken(v string) string {
+	if i := strings.IndexAny(v, "\t\n"); i >= 0 {
+		return v[:i]
+	}
+	return v
 }
 
 // timed runs f and returns how long it took.

@@ -145,9 +145,13 @@ func (d *driver) quorumResult(op string, c counted) error {
 // Holder reports the holder of key that a quorum of nodes agrees on (the
 // same token in the same place: the lock, or one slot of a semaphore), with
 // the smallest TTL among those nodes; of several such holders of a
-// semaphore, the one whose hold expires last. It returns ErrNotHeld when no
-// hold has a quorum. It reads every node whose vote counts in one
-// parallel round.
+// semaphore, the one whose hold expires last. Its Fence is the lease's
+// token (fenceToken) of the counter that a quorum of nodes record with the
+// hold: the voters of the round that won it all do (see fence), and a
+// node that granted it after the round was decided may record another.
+// When the nodes that answer make no quorum on one counter (voters that
+// did not answer), it is the largest they record. It returns ErrNotHeld when no hold has a quorum.
+// It reads every node whose vote counts in one parallel round.
 func (d *driver) Holder(ctx context.Context, key string) (backends.HolderInfo, error) {
 	if d.closed.Load() {
 		return backends.HolderInfo{}, backends.ErrClosed
@@ -160,8 +164,10 @@ func (d *driver) Holder(ctx context.Context, key string) (backends.HolderInfo, e
 		return n.node.Holds(ctx, key)
 	})
 	type agg struct {
-		votes int
-		info  backends.HolderInfo
+		votes  int
+		slot   int // the hold's slot (0 for a lock), for its grant's token
+		info   backends.HolderInfo
+		fences map[uint64]int // nodes by the counter they record
 	}
 	byPlace := map[holdRef]*agg{}
 	for _, hs := range holds {
@@ -169,11 +175,12 @@ func (d *driver) Holder(ctx context.Context, key string) (backends.HolderInfo, e
 			p := holdRef{h.Target, h.Token}
 			a := byPlace[p]
 			if a == nil {
-				a = &agg{info: backends.HolderInfo{Value: h.Value, TTL: h.TTL}}
+				a = &agg{slot: h.Target.Slot, info: backends.HolderInfo{Value: h.Value, TTL: h.TTL}, fences: map[uint64]int{}}
 				byPlace[p] = a
 			}
 			a.votes++
 			a.info.TTL = min(a.info.TTL, h.TTL)
+			a.fences[h.Fence]++
 		}
 	}
 	var best *agg
@@ -183,6 +190,15 @@ func (d *driver) Holder(ctx context.Context, key string) (backends.HolderInfo, e
 		}
 	}
 	if best != nil {
+		var counter uint64
+		for c, n := range best.fences {
+			if n >= d.quorum {
+				counter = c
+				break
+			}
+			counter = max(counter, c)
+		}
+		best.info.Fence = fenceToken(counter, best.slot)
 		return best.info, nil
 	}
 	if count(errs) > len(d.nodes)-d.quorum {

@@ -116,7 +116,7 @@ func (d *driver) attempt(ctx context.Context, t redisnode.Target, req backends.R
 	var fence uint64
 	if ok && req.Fence {
 		var err error
-		if fence, err = d.fence(ctx, r, req.Key, nt); err != nil {
+		if fence, err = d.fence(ctx, r, nt); err != nil {
 			d.decide(r, false)
 			d.withdrawRound(r, nt, true)
 			return backends.Grant{}, final, fmt.Errorf("%w: %w: %w", backends.ErrNotAcquired, ErrNoQuorum, err)
@@ -396,8 +396,10 @@ func (d *driver) withdraw(t redisnode.Target, h redisnode.Hold, n *node, timeout
 // fence returns the fencing counter of a won round: the largest among its
 // voters. Unless a quorum of them drew that very counter, it is written
 // back first, so that every later quorum meets a node holding it; when
-// they did, those nodes hold it already.
-func (d *driver) fence(ctx context.Context, r *round, key string, nt time.Duration) (uint64, error) {
+// they did, those nodes hold it already. Either way the voters' holds
+// record it (the write-back sets it in each hold it finds), so that a
+// quorum of the nodes holding the lock agree on its token (see Holder).
+func (d *driver) fence(ctx context.Context, r *round, nt time.Duration) (uint64, error) {
 	var fence uint64
 	drew := 0 // voters whose counter is fence
 	for _, v := range r.granted {
@@ -412,7 +414,7 @@ func (d *driver) fence(ctx context.Context, r *round, key string, nt time.Durati
 		return fence, nil
 	}
 	acks, errs := d.fanOut(ctx, nt, voting, telemetry.NodeFence, func(ctx context.Context, n *node) error {
-		return n.node.RaiseFence(ctx, key, fence)
+		return n.node.RaiseFence(ctx, r.ref.t, r.ref.token, fence)
 	})
 	if acks < d.quorum {
 		return 0, fmt.Errorf("fencing token write-back acknowledged by %d of %d nodes, %d needed: %w", acks, len(d.nodes), d.quorum, errs.ErrorOrNil())

@@ -405,8 +405,8 @@ func (s *suite) electionRows() []badRow {
 			if err != nil {
 				return err
 			}
-			if got, err := e.Leader(r.ctx); err != nil || got != id {
-				t.Errorf("Leader: %d bytes, %v; want the %d bytes of the candidate ID", len(got), err, len(id))
+			if got, err := e.Leader(r.ctx); err != nil || got.ID != id || got.Term != l.Term() {
+				t.Errorf("Leader: %d bytes in term %d, %v; want the %d bytes of the candidate ID in term %d", len(got.ID), got.Term, err, len(id), l.Term())
 			}
 			return l.Resign(r.ctx)
 		}

@@ -182,8 +182,8 @@ func (s *suite) testElectResign(t *testing.T) {
 		if f := lease.Driver(s.backend(t)).Capabilities().Fencing; f && lb.Term() <= la.Term() {
 			t.Errorf("term %d after term %d", lb.Term(), la.Term())
 		}
-		if id, err := follower.Leader(ctx); err != nil || id != "b" {
-			t.Errorf("Leader = %q, %v; want b", id, err)
+		if info, err := follower.Leader(ctx); err != nil || info != (dsync.LeaderInfo{ID: "b", Term: lb.Term()}) {
+			t.Errorf("Leader = %+v, %v; want b in term %d", info, err, lb.Term())
 		}
 		if err := lb.Resign(ctx); err != nil {
 			t.Errorf("Resign: %v", err)

@@ -139,8 +139,9 @@ func (d *driver) Release(ctx context.Context, key, token string) error {
 
 // Holder reports the holder of key: the value stored with the lock, or,
 // for a semaphore, with the permit whose lease expires last (the newest of
-// those that tie), and its remaining TTL as the server reports it (whole
-// seconds, rounded down: zero in the last second). It returns ErrNotHeld
+// those that tie), its remaining TTL as the server reports it (whole
+// seconds, rounded down: zero in the last second), and its fencing token,
+// the create revision of its key. It returns ErrNotHeld
 // when nobody holds key. A key written without a lease (not by dsync) is
 // reported with a zero TTL. A semaphore's holders are read in one
 // request, then their leases' TTLs in parallel, at most 16 requests at a
@@ -168,7 +169,12 @@ func (d *driver) Holder(ctx context.Context, key string) (backends.HolderInfo, e
 	if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
 		kv := kvs[0]
 		_, value := decodeValue(kv.Value)
-		return d.holderTTL(ctx, value, kv.Lease)
+		info, err := d.holderTTL(ctx, value, kv.Lease)
+		if err != nil {
+			return backends.HolderInfo{}, err
+		}
+		info.Fence = uint64(kv.CreateRevision)
+		return info, nil
 	}
 	return d.permitHolder(ctx, resp.Responses[1].GetResponseRange().GetKvs())
 }

@@ -169,7 +169,7 @@ func (d *driver) permitHolder(ctx context.Context, kvs []*mvccpb.KeyValue) (back
 		return backends.HolderInfo{}, backends.ErrNotHeld
 	}
 	_, _, value, _ := decodePermitValue(kvs[last].Value)
-	info := backends.HolderInfo{Value: value}
+	info := backends.HolderInfo{Value: value, Fence: uint64(kvs[last].CreateRevision)}
 	if ttls[last] != math.MaxInt64 {
 		info.TTL = time.Duration(ttls[last]) * time.Second
 	}

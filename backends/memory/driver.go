@@ -124,12 +124,12 @@ func (d *driver) Acquire(ctx context.Context, req backends.Request) (backends.Gr
 		return backends.Grant{}, backends.ErrNotAcquired
 	}
 	e.limit = limit
-	e.holds = append(e.holds, hold{token: req.Token, value: slices.Clone(req.Value), expires: now.Add(req.TTL)})
 	g := backends.Grant{TTL: req.TTL}
 	if req.Fence {
 		e.fence++
 		g.Fence = e.fence
 	}
+	e.holds = append(e.holds, hold{token: req.Token, value: slices.Clone(req.Value), expires: now.Add(req.TTL), fence: g.Fence})
 	return g, nil
 }
 
@@ -190,8 +190,9 @@ func (d *driver) Release(ctx context.Context, key, token string) error {
 	return nil
 }
 
-// Holder returns a copy of the value and the remaining time to live of the
-// live hold on key that expires last, or ErrNotHeld if there is none.
+// Holder returns a copy of the value, the remaining time to live and the
+// fencing token of the live hold on key that expires last, or ErrNotHeld
+// if there is none.
 func (d *driver) Holder(ctx context.Context, key string) (backends.HolderInfo, error) {
 	if key == "" {
 		return backends.HolderInfo{}, backends.Invalid("key", "empty")
@@ -206,7 +207,7 @@ func (d *driver) Holder(ctx context.Context, key string) (backends.HolderInfo, e
 		return backends.HolderInfo{}, backends.ErrNotHeld
 	}
 	last := slices.MaxFunc(e.holds, func(a, b hold) int { return a.expires.Compare(b.expires) })
-	return backends.HolderInfo{Value: slices.Clone(last.value), TTL: last.expires.Sub(now)}, nil
+	return backends.HolderInfo{Value: slices.Clone(last.value), TTL: last.expires.Sub(now), Fence: last.fence}, nil
 }
 
 // Capabilities reports name "memory", MaxLimit 1<<20, fencing, and a TTL

@@ -41,6 +41,7 @@ type hold struct {
 	token   string
 	value   []byte // a private copy
 	expires time.Time
+	fence   uint64 // its fencing token; 0 if it drew none
 }
 
 // minSweep is the number of keys below which the amortized sweep never runs.

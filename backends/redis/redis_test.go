@@ -400,8 +400,8 @@ func TestLayout(t *testing.T) {
 	if want := []string{fence, "app:{job}"}; fmt.Sprint(keys) != fmt.Sprint(want) {
 		t.Errorf("KEYS * = %q, want %q", keys, want)
 	}
-	if v := client.Get(ctx, "app:{job}").Val(); v != "tok\nv" {
-		t.Errorf("GET app:{job} = %q, want %q", v, "tok\nv")
+	if v, want := client.Get(ctx, "app:{job}").Val(), fmt.Sprintf("tok\t%d\nv", g.Fence); v != want {
+		t.Errorf("GET app:{job} = %q, want %q (token, fence, value)", v, want)
 	}
 	if n, _ := client.Get(ctx, fence).Uint64(); n != g.Fence {
 		t.Errorf("GET %s = %d, want the grant's fence %d", fence, n, g.Fence)

@@ -33,7 +33,7 @@ const (
 // ErrNotAcquired when they come from an acquisition.
 var ErrNoQuorum = errors.New("dsync: redlock: quorum unreachable")
 
-// Options configure a driver. A nil *Options means defaults.
+// Options configure New and NewFromClients. A nil *Options means defaults.
 type Options struct {
 	// Prefix of every Redis key and channel, as in the redis backend.
 	// Default "dsync:".

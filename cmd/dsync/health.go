@@ -143,7 +143,7 @@ func printHealth(w io.Writer, r healthReport) {
 }
 
 // secretsScrubber returns a function that replaces the URL's password and
-// secret option values (those dsync.RedactURL hides) in a message, in
+// secret option values (those backends.RedactURL hides) in a message, in
 // case a server or client echoes one.
 func secretsScrubber(rawURL string) func(string) string {
 	var secrets []string
@@ -151,16 +151,13 @@ func secretsScrubber(rawURL string) func(string) string {
 		if p, ok := u.User.Password(); ok && p != "" {
 			secrets = append(secrets, p)
 		}
-		if r, err := url.Parse(backends.RedactURL(rawURL)); err == nil {
-			redacted := r.Query()
-			for k, vs := range u.Query() {
-				if redacted.Get(k) != "xxxxx" {
-					continue
-				}
-				for _, v := range vs {
-					if v != "" {
-						secrets = append(secrets, v)
-					}
+		for k, vs := range u.Query() {
+			if !backends.IsSecretOption(k) {
+				continue
+			}
+			for _, v := range vs {
+				if v != "" {
+					secrets = append(secrets, v)
 				}
 			}
 		}

@@ -17,7 +17,7 @@
 // Every goroutine started here (auto-extension) is stopped and awaited by
 // Release; a lease lost or released leaves nothing running. A failed
 // Acquire leaves nothing held. The run-while-held helper is
-// dsync.RunLeased, in the root package, which cannot import this one.
+// internal/leased, below the root package, whose Do uses it too.
 package lease
 
 import (

@@ -12,24 +12,36 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/dsync-dev/dsync/backends"
+	"github.com/dsync-dev/dsync/internal/hook"
 	"github.com/dsync-dev/dsync/internal/telemetry"
 )
 
+// The packages built over the driver SPI reach a Backend's driver,
+// telemetry and per-backend state through these hooks, not through
+// exported methods that would let application code past the lease layer.
+func init() {
+	hook.Driver = func(b any) backends.Driver { return b.(*Backend).driver }
+	hook.Telemetry = func(b any) *telemetry.T { return b.(*Backend).tel }
+	hook.State = func(b any, key any, create func() any) any { return b.(*Backend).stateOf(key, create) }
+}
+
 // Backend is an open connection to a coordination service, as returned by
-// Open or NewBackend, with the defaults its URL set. The locker, semaphore
-// and leader packages take a *Backend. It is safe for concurrent use; Close
-// it when done.
+// Open, OpenWith or a backend package's constructor (redis.New, for one),
+// with the defaults its URL or options set. The locker, semaphore and
+// leader packages take a *Backend. It is safe for concurrent use; Close it
+// when done.
 type Backend struct {
 	driver    backends.Driver
 	name      string
 	defaults  Defaults
 	telemetry Telemetry
+	tel       *telemetry.T
 
 	closeOnce sync.Once
 	closeErr  error
 
 	stateMu sync.Mutex
-	state   map[any]any // protected by stateMu; see State
+	state   map[any]any // protected by stateMu; see hook.State
 }
 
 // Defaults are the settings a backend's URL chose for the primitives built on
@@ -65,8 +77,8 @@ type Telemetry struct {
 	KeyAttributes bool
 }
 
-// BackendOptions configure NewBackend and OpenWith. A nil *BackendOptions
-// means defaults.
+// BackendOptions configure OpenWith and NewBackend; each backend
+// package's Options embed them. A nil *BackendOptions means defaults.
 type BackendOptions struct {
 	// Name describes the backend in messages; it must not contain secrets.
 	// Default: the driver's Capabilities().Name (OpenWith: the URL, its
@@ -79,9 +91,11 @@ type BackendOptions struct {
 	Telemetry Telemetry
 }
 
-// NewBackend wraps a driver built by hand (for instance a Redis driver over a
-// client the application already has). The Backend owns the driver: Close
-// closes it.
+// NewBackend returns the portable Backend over a driver. It is the
+// constructor that backend packages call (redis.New over the
+// application's own client, for one), as gocloud's driver packages do;
+// applications call Open or a backend package's New. The Backend owns the
+// driver: Close closes it.
 func NewBackend(d backends.Driver, opts *BackendOptions) (*Backend, error) {
 	if d == nil {
 		return nil, &InvalidError{Field: "driver", Reason: "nil"}
@@ -96,15 +110,13 @@ func NewBackend(d backends.Driver, opts *BackendOptions) (*Backend, error) {
 	if name == "" {
 		name = d.Capabilities().Name
 	}
-	b := &Backend{driver: d, name: name, defaults: opts.Defaults, telemetry: opts.Telemetry}
 	tel, err := telemetry.New(d.Capabilities().Name, telemetry.Settings(opts.Telemetry))
 	if err != nil && opts.Telemetry.Logger != nil {
 		// An instrument the meter provider refused records nothing; the
 		// others work.
 		opts.Telemetry.Logger.Warn("dsync: telemetry: " + err.Error())
 	}
-	b.state = map[any]any{telemetry.StateKey{}: tel}
-	return b, nil
+	return &Backend{driver: d, name: name, defaults: opts.Defaults, telemetry: opts.Telemetry, tel: tel}, nil
 }
 
 func (d Defaults) validate() error {
@@ -121,17 +133,8 @@ func (d Defaults) validate() error {
 	return nil
 }
 
-// Driver returns the backend's driver, for the packages built over the SPI.
-func (b *Backend) Driver() backends.Driver { return b.driver }
-
-// State returns the value kept on b under key, made by create on the first
-// call with that key. The packages built over the SPI keep their
-// per-backend state here (a leader's live candidacies, the local waiting
-// lines), under a key of a package-private type, so that two backends never
-// share it and nothing outlives b: a value with a Close() method is closed
-// when b is, after its driver. It is safe for concurrent use; create runs
-// under b's lock and must not call State.
-func (b *Backend) State(key any, create func() any) any {
+// stateOf is hook.State's implementation.
+func (b *Backend) stateOf(key any, create func() any) any {
 	b.stateMu.Lock()
 	defer b.stateMu.Unlock()
 	v, ok := b.state[key]
@@ -158,19 +161,19 @@ type Health = backends.Health
 // NodeHealth is one server's part of a Health report.
 type NodeHealth = backends.NodeHealth
 
-// DefaultHealthTimeout bounds Backend.Health when its ctx has no deadline.
-const DefaultHealthTimeout = 5 * time.Second
+// healthTimeout bounds Backend.Health when its ctx has no deadline.
+const healthTimeout = 5 * time.Second
 
 // Health reports whether b can serve now, without taking a lock: one probe
 // of each server, in parallel (Redis: PING; Redlock: each node's PING and
 // restart quarantine; etcd: each endpoint's status; memory: always OK),
-// bounded by ctx, or by DefaultHealthTimeout when ctx has no deadline. A
+// bounded by ctx, or by 5 seconds when ctx has no deadline. A
 // server that does not answer is reported in the Health, not as an error;
 // the error is ErrClosed after Close, or ctx's if it was done already.
 func (b *Backend) Health(ctx context.Context) (Health, error) {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, DefaultHealthTimeout)
+		ctx, cancel = context.WithTimeout(ctx, healthTimeout)
 		defer cancel()
 	}
 	return b.driver.Health(ctx)
@@ -180,7 +183,8 @@ func (b *Backend) Health(ctx context.Context) (Health, error) {
 // redacted.
 func (b *Backend) String() string { return b.name }
 
-// Close closes the driver, then the state kept on b (see State). Leases
+// Close closes the driver, then what the packages built on b keep for it
+// (local waiting lines, a leader's candidacies) and its telemetry. Leases
 // still held are left to expire on the server; calls on them fail with
 // ErrClosed. Close is idempotent.
 func (b *Backend) Close() error {
@@ -191,9 +195,10 @@ func (b *Backend) Close() error {
 		b.stateMu.Unlock()
 		for _, v := range state {
 			if c, ok := v.(interface{ Close() }); ok {
-				c.Close() // the telemetry among them
+				c.Close()
 			}
 		}
+		b.tel.Close()
 	})
 	return b.closeErr
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 
 	"github.com/dsync-dev/dsync/backends"
+	"github.com/dsync-dev/dsync/internal/leased"
 )
 
 // Sentinel errors. Every error dsync returns matches one of these with
@@ -23,7 +24,7 @@ var (
 	// ErrLeaseLost: the lease ended without Release: a refresh found the
 	// hold gone, the local validity ran out, or auto-extension stopped at
 	// its bound. Lease.Err returns it once Done is closed.
-	ErrLeaseLost = errors.New("dsync: lease lost")
+	ErrLeaseLost = leased.ErrLeaseLost
 	// ErrReleased: Lease.Err after a successful Release.
 	ErrReleased = errors.New("dsync: lease released")
 	// ErrExtendLimit: Extend refused because the lease reached its bound on

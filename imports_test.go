@@ -7,13 +7,15 @@ import (
 	"io/fs"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 )
 
 // TestImportRules keeps the layering of DESIGN.md true: the SPI imports
-// nothing of the module, the portable packages never depend on a concrete
+// nothing of the module, the internals below the root package import
+// nothing above them, the portable packages never depend on a concrete
 // backend or client, the embedded etcd server stays out of the library,
 // only retry imports the backoff library, and the library depends on the
 // OpenTelemetry API only (no SDK, no exporter), recorded by
@@ -80,8 +82,13 @@ func TestImportRules(t *testing.T) {
 		forbid(p, func(d string) bool { return strings.HasPrefix(d, "go.etcd.io/etcd/server") }, "library packages never link a server")
 		forbid(p, isTelemetrySDK, "the library uses the OpenTelemetry API only; the application installs the SDK and exporters")
 	}
-	forbid(mod+"/internal/telemetry", func(d string) bool { return isModule(d) && d != mod+"/backends" },
-		"internal/telemetry sits below the root package, which keeps it on every Backend")
+	// The internals below the root package: telemetry, the hooks that
+	// reach a Backend's insides, the run-while-held helper.
+	below := []string{mod + "/backends", mod + "/internal/telemetry"}
+	for _, p := range []string{mod + "/internal/telemetry", mod + "/internal/hook", mod + "/internal/leased"} {
+		forbid(p, func(d string) bool { return isModule(d) && !slices.Contains(below, d) },
+			"it sits below the root package, which imports it")
+	}
 
 	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}}: {{join .Imports \" \"}}", "./...").CombinedOutput()
 	if err != nil {

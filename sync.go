@@ -2,8 +2,8 @@
 // counting semaphores and leader election over pluggable backends.
 //
 // Applications program against the interfaces in this package (Locker,
-// Lease, Semaphore, Permit, LeaderElection, Leadership) and pick a backend
-// by URL with Open:
+// Lease, Semaphore, LeaderElection, Leadership) and pick a backend by URL
+// with Open:
 //
 //	import (
 //		"github.com/dsync-dev/dsync"
@@ -30,11 +30,9 @@ package dsync
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"time"
 
-	"github.com/dsync-dev/dsync/internal/telemetry"
+	"github.com/dsync-dev/dsync/internal/leased"
 )
 
 // Lease is a hold on a lock or on one slot of a semaphore, valid for a
@@ -105,18 +103,14 @@ type Locker interface {
 	TryAcquire(ctx context.Context) (Lease, error)
 }
 
-// Permit is a lease on one of a semaphore's slots. Each permit expires, is
-// extended and is released on its own.
-type Permit interface {
-	Lease
-}
-
-// Semaphore admits at most Size() holders of its permits at once.
+// Semaphore admits at most Size() holders at once. Each holder has a
+// Lease on one of its slots (a permit), which expires, is extended and is
+// released on its own. A Semaphore is a Locker: Do takes one.
 type Semaphore interface {
 	// Acquire blocks until a slot is free, like Locker.Acquire.
-	Acquire(ctx context.Context) (Permit, error)
+	Acquire(ctx context.Context) (Lease, error)
 	// TryAcquire makes one attempt, like Locker.TryAcquire.
-	TryAcquire(ctx context.Context) (Permit, error)
+	TryAcquire(ctx context.Context) (Lease, error)
 	// Size is the number of slots.
 	Size() int
 }
@@ -136,9 +130,14 @@ type Leadership interface {
 }
 
 // LeaderInfo is the state of an election as an observer's read found it.
+// The zero value means no leader.
 type LeaderInfo struct {
 	// ID is the leader's candidate ID, or empty when there is no leader.
 	ID string
+	// Term is the fencing token of the leader's term, its
+	// Leadership.Term(); zero when there is no leader or the backend has
+	// no fencing.
+	Term uint64
 }
 
 // LeaderElection elects one leader among candidates of the same name.
@@ -146,8 +145,9 @@ type LeaderElection interface {
 	// Campaign blocks until this candidate leads, or ctx ends (an error
 	// matching ErrNotAcquired and ctx's error).
 	Campaign(ctx context.Context) (Leadership, error)
-	// Leader returns the current leader's candidate ID, or ErrNoLeader.
-	Leader(ctx context.Context) (string, error)
+	// Leader returns the current leader's candidate ID and term, or an
+	// error matching ErrNoLeader.
+	Leader(ctx context.Context) (LeaderInfo, error)
 	// Observe streams the leader as successive reads find it, each state
 	// that differs from the last one sent, including the lack of a leader,
 	// until ctx ends; then the channel is closed. It reads at intervals
@@ -157,14 +157,16 @@ type LeaderElection interface {
 }
 
 // Do acquires l (blocking), runs fn while auto-extending the lease, and
-// releases the lease when fn returns.
+// releases the lease when fn returns, or panics (the panic then goes on).
+// l may be a semaphore: fn then runs under one of its permits.
 //
 // fn's context is cancelled, with the lease's error as its cause, the moment
 // the lease is lost; fn should stop touching the protected resource then. If
 // the lease was lost while fn ran, Do returns an error matching ErrLeaseLost
-// even when fn returned nil. Otherwise it returns fn's error joined with any
-// release error. If the lock cannot be acquired, fn is not called and the
-// error matches ErrNotAcquired.
+// even when fn returned nil, and the loss is recorded as an event on the
+// span in ctx. Otherwise it returns fn's error joined with any release
+// error. If the lock cannot be acquired, fn is not called and the error
+// matches ErrNotAcquired.
 func Do(ctx context.Context, l Locker, fn func(ctx context.Context) error) error {
 	if l == nil {
 		return &InvalidError{Field: "locker", Reason: "nil"}
@@ -176,58 +178,5 @@ func Do(ctx context.Context, l Locker, fn func(ctx context.Context) error) error
 	if err != nil {
 		return err
 	}
-	return RunLeased(ctx, lease, fn)
-}
-
-// RunLeased runs fn while h is held: it starts auto-extension, cancels
-// fn's context with h's error as cause when h is lost, and releases h when
-// fn returns, or panics (the panic then goes on). A loss while fn ran is
-// recorded as an event on the span in ctx. Do, semaphore.Do and leader.Run
-// are built on it; use it directly for a lease obtained some other way.
-// The result is the same as Do's. It returns once the goroutine that
-// watches h has stopped.
-//
-// h is any value with the four methods of a Lease that RunLeased calls:
-// AutoExtend, Done, Err and Release, with a Lease's meaning. Every Lease
-// and Permit has them.
-func RunLeased(ctx context.Context, h held, fn func(ctx context.Context) error) (err error) {
-	h.AutoExtend()
-	runCtx, cancel := context.WithCancelCause(ctx)
-	stopWatch := make(chan struct{})
-	watchDone := make(chan struct{})
-	go func() {
-		defer close(watchDone)
-		select {
-		case <-h.Done():
-			cancel(h.Err())
-		case <-stopWatch:
-		}
-	}()
-	var fnErr error
-	defer func() {
-		close(stopWatch)
-		<-watchDone
-		cancel(nil)
-		relErr := h.Release(ctx)
-		switch lost := h.Err(); {
-		case !errors.Is(lost, ErrLeaseLost):
-			err = errors.Join(fnErr, relErr)
-		case fnErr != nil:
-			telemetry.LostWhileRunning(ctx, lost)
-			err = errors.Join(fnErr, lost)
-		default:
-			telemetry.LostWhileRunning(ctx, lost)
-			err = fmt.Errorf("%w (while the function ran)", lost)
-		}
-	}()
-	fnErr = fn(runCtx)
-	return nil // set by the deferred release
-}
-
-// held is what RunLeased needs of a hold: the methods of Lease it calls.
-type held interface {
-	AutoExtend()
-	Done() <-chan struct{}
-	Err() error
-	Release(ctx context.Context) error
+	return leased.Run(ctx, lease, fn)
 }

@@ -39,7 +39,7 @@ func lossLocker(t *testing.T, b *dsync.Backend, key string, maxExtensions int) *
 // releases the lease: the lock is free when Do returns.
 func TestDoReturnsFnErrorAndReleases(t *testing.T) {
 	ctx := context.Background()
-	b := testutil.NewBackend(t, memory.New(nil))
+	b := testutil.Memory(t, nil)
 	sentinel := errors.New("work failed")
 	if err := dsync.Do(ctx, lossLocker(t, b, "k", 0), func(context.Context) error { return sentinel }); !errors.Is(err, sentinel) {
 		t.Fatalf("Do = %v, want fn's error", err)
@@ -55,7 +55,7 @@ func TestDoReturnsFnErrorAndReleases(t *testing.T) {
 func TestDoCancelsOnBoundReached(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		l := lossLocker(t, testutil.NewBackend(t, memory.New(nil)), "k", 1)
+		l := lossLocker(t, testutil.Memory(t, nil), "k", 1)
 		start := time.Now()
 		var cause error
 		var cancelled time.Duration
@@ -89,7 +89,7 @@ func TestDoCancelsOnHoldGone(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
 		server := memory.NewManualClock(time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC))
-		b := testutil.NewBackend(t, memory.New(&memory.Options{Store: memory.NewStore(server)}))
+		b := testutil.Memory(t, &memory.Options{Store: memory.NewStore(server)})
 		l := lossLocker(t, b, "k", 0)
 		start := time.Now()
 		var cause error

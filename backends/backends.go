@@ -1,4 +1,8 @@
-// Package backends is the driver SPI that every dsync backend implements.
+// Package backends is the API of backend authors: the driver SPI that
+// every dsync backend implements, the URL scheme registry that dsync.Open
+// reads (Register, Scheme), and the helpers of a scheme's URL parsing.
+// Applications do not import it; they reach a driver only through a
+// *dsync.Backend and the lease layer above it.
 //
 // A driver is a thin adapter over one coordination service (a Redis server,
 // N Redis masters, an etcd cluster, process memory). Every method makes
@@ -16,8 +20,9 @@
 // (ErrInvalid, ErrUnsupported, ErrClosed) or an unknown outcome that the
 // caller cleans up with Release. backendtest checks both on every driver.
 //
-// This package imports nothing but the standard library, so that a driver
-// can be written without pulling in the rest of the module.
+// This package imports nothing but the standard library and the
+// OpenTelemetry metric API (for Telemetry), so that a driver can be
+// written without pulling in the rest of the module.
 package backends
 
 import (
@@ -67,7 +72,9 @@ type Driver interface {
 
 	// Holder reports the current holder of key, or ErrNotHeld when nobody
 	// holds it. For a semaphore key it reports the holder whose hold expires
-	// last.
+	// last. For a lock held with a fencing token, HolderInfo.Fence is that
+	// token (what the holder's Grant.Fence was), so that an observer learns
+	// a leader's term; backendtest checks it.
 	Holder(ctx context.Context, key string) (HolderInfo, error)
 
 	// WatchReleases subscribes to release notices for key, so that waiters
@@ -164,6 +171,12 @@ type HolderInfo struct {
 	Value []byte
 	// TTL is the remaining time to live as the server reports it.
 	TTL time.Duration
+	// Fence is the hold's fencing token, as its Grant.Fence was, for a
+	// lock acquired with fencing (Request.Fence). For a hold acquired
+	// without, a driver reports zero or the token it would have drawn;
+	// zero on a driver without fencing, and for a semaphore's holder where
+	// the driver keeps no token per holder.
+	Fence uint64
 }
 
 // MaxValueSize bounds Request.Value for every driver.

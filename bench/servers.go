@@ -14,7 +14,6 @@ import (
 	"github.com/dsync-dev/dsync"
 	"github.com/dsync-dev/dsync/internal/testenv/etcdtest"
 	"github.com/dsync-dev/dsync/internal/testenv/redistest"
-	"github.com/dsync-dev/dsync/redlock"
 )
 
 // maxTTL is the Redlock masters' max_ttl: the longest lock TTL any client
@@ -111,15 +110,27 @@ func (c *clients) close() {
 	}
 }
 
+// quarantined reports whether b's health report has a node in restart
+// quarantine (only Redlock's nodes ever are).
+func quarantined(ctx context.Context, b *dsync.Backend) bool {
+	h, err := b.Health(ctx)
+	if err != nil {
+		return false
+	}
+	now := time.Now()
+	for _, n := range h.Nodes {
+		if n.QuarantinedUntil.After(now) {
+			return true
+		}
+	}
+	return false
+}
+
 // waitQuarantine blocks until dsync's Redlock counts every fresh master's
 // vote: a master whose process is younger than max_ttl may have lost locks
 // it held, so it does not vote before then.
 func waitQuarantine(ctx context.Context, b *dsync.Backend) error {
-	d, ok := b.Driver().(*redlock.Driver)
-	if !ok {
-		return nil
-	}
-	for d.QuarantineCheck(time.Now()) != nil {
+	for quarantined(ctx, b) {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()

@@ -36,11 +36,7 @@ func BenchmarkTelemetryRatio(b *testing.B) {
 	client := srv.NewClient(b)
 	ctx := context.Background()
 	backend := func(t dsync.Telemetry) *dsync.Backend {
-		d, err := redis.New(client, nil)
-		if err != nil {
-			b.Fatal(err)
-		}
-		bk, err := dsync.NewBackend(d, &dsync.BackendOptions{Telemetry: t})
+		bk, err := redis.New(client, &redis.Options{BackendOptions: dsync.BackendOptions{Telemetry: t}})
 		if err != nil {
 			b.Fatal(err)
 		}

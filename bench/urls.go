@@ -47,7 +47,7 @@ func urlTargets(ctx context.Context, urls []string, targets *[]*target) (closeAl
 		if err := waitQuarantine(ctx, b); err != nil {
 			return closeAll, err
 		}
-		t := dsyncTarget(dsync.RedactURL(u), "", b, "", &locker.Options{TTL: lockTTL})
+		t := dsyncTarget(b.String(), "", b, "", &locker.Options{TTL: lockTTL})
 		t.cycles, t.contended = true, true
 		*targets = append(*targets, t)
 	}

@@ -5,10 +5,11 @@ import (
 	"sync"
 
 	"github.com/dsync-dev/dsync"
+	"github.com/dsync-dev/dsync/internal/lease"
 )
 
 // The live candidacies of one *dsync.Backend, kept on it
-// (dsync.Backend.State), so that two live Campaigns of one candidate ID in
+// (lease.State), so that two live Campaigns of one candidate ID in
 // one election on one backend are refused, and candidates of unrelated
 // backends never meet.
 type candidacies struct {
@@ -34,7 +35,7 @@ type candidacy struct {
 // A candidacy whose leadership was lost without Resign is over.
 func (e *Election) register() (*candidacy, error) {
 	b := e.cfg.Backend
-	all := b.State(candidaciesKey{}, func() any { return &candidacies{m: map[candidacyKey]*candidacy{}} }).(*candidacies)
+	all := lease.State(b, candidaciesKey{}, func() *candidacies { return &candidacies{m: map[candidacyKey]*candidacy{}} })
 	k := candidacyKey{e.name, e.id}
 	all.mu.Lock()
 	defer all.mu.Unlock()

@@ -15,7 +15,7 @@ import (
 // in Campaign, takes over at once with a greater term.
 func Example() {
 	ctx := context.Background()
-	b, err := dsync.NewBackend(memory.New(nil), nil) // in a real fleet: dsync.Open(ctx, url)
+	b, err := memory.New(nil) // in a real fleet: dsync.Open(ctx, url)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -25,8 +25,8 @@ func Example() {
 	w, _ := leader.New(b, "scheduler", "worker-b", nil)
 
 	la, _ := a.Campaign(ctx)
-	id, _ := w.Leader(ctx)
-	fmt.Println("leader:", id, "term", la.Term())
+	li, _ := w.Leader(ctx) // what any candidate or observer reads
+	fmt.Println("leader:", li.ID, "term", li.Term, "leader's own term", la.Term())
 
 	won := make(chan dsync.Leadership)
 	go func() {
@@ -35,22 +35,22 @@ func Example() {
 	}()
 	_ = la.Resign(ctx)
 	lb := <-won
-	id, _ = a.Leader(ctx)
-	fmt.Println("leader:", id, "term", lb.Term())
+	li, _ = a.Leader(ctx)
+	fmt.Println("leader:", li.ID, "term", li.Term, "leader's own term", lb.Term())
 
 	_ = lb.Resign(ctx)
 	_, err = a.Leader(ctx)
 	fmt.Println(err)
 	// Output:
-	// leader: worker-a term 1
-	// leader: worker-b term 2
+	// leader: worker-a term 1 leader's own term 1
+	// leader: worker-b term 2 leader's own term 2
 	// dsync: no leader: election "scheduler"
 }
 
 // Run leads for as long as its context lasts, calling the function once per
 // term with a context that ends when the term does.
 func ExampleRun() {
-	b, err := dsync.NewBackend(memory.New(nil), nil)
+	b, err := memory.New(nil)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -84,7 +84,7 @@ func ExampleRun() {
 func ExampleObserver_Observe() {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	b, err := dsync.NewBackend(memory.New(nil), nil)
+	b, err := memory.New(nil)
 	if err != nil {
 		log.Fatal(err)
 	}

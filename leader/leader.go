@@ -293,32 +293,41 @@ func (e *Election) checkDuplicate(ctx context.Context, w *dupWatch) error {
 	return nil
 }
 
-// Leader reads the current leader's candidate ID from the backend
-// (dsync.LeaderElection), in one attempt bounded by ctx and the backend's
-// request timeout. With no leader it returns an error matching
+// Leader reads the current leader from the backend (dsync.LeaderElection):
+// its candidate ID and its term, the Term of its Leadership (zero on a
+// backend without fencing), in one attempt bounded by ctx and the
+// backend's request timeout. With no leader it returns an error matching
 // dsync.ErrNoLeader; a failed read, one matching dsync.ErrUnavailable. On
-// Redlock, the leader is the ID that a majority of the nodes agree on.
-func (o *Observer) Leader(ctx context.Context) (string, error) {
+// Redlock, the leader is the ID that a majority of the nodes agree on, and
+// the term the token that a majority of them record (the largest one that
+// the nodes which answer record, when they make no majority).
+func (o *Observer) Leader(ctx context.Context) (dsync.LeaderInfo, error) {
 	info, err := o.cfg.Driver.Holder(ctx, o.name)
 	switch {
 	case errors.Is(err, dsync.ErrNotHeld):
-		return "", fmt.Errorf("%w: election %q", dsync.ErrNoLeader, o.name)
+		return dsync.LeaderInfo{}, fmt.Errorf("%w: election %q", dsync.ErrNoLeader, o.name)
 	case err != nil:
-		return "", lease.Unavailable(o.name, err)
+		return dsync.LeaderInfo{}, lease.Unavailable(o.name, err)
 	}
-	return string(info.Value), nil
+	li := dsync.LeaderInfo{ID: string(info.Value)}
+	if o.cfg.Driver.Capabilities().Fencing {
+		li.Term = info.Fence
+	}
+	return li, nil
 }
 
 // Observe returns a channel that receives the election's state as a first
 // read finds it, then each state a later read finds that differs from the
-// last one sent (dsync.LeaderElection): the leader's candidate ID, or
-// LeaderInfo.ID == "" for no leader. It reads every ObserveInterval, and at
-// once when the backend reports a release, so a resignation shows at once.
+// last one sent (dsync.LeaderElection): the leader's candidate ID and
+// term, as Leader reads them, or the zero LeaderInfo for no leader. It
+// reads every ObserveInterval, and at once when the backend reports a
+// release, so a resignation shows at once.
 //
 // It reports what its reads find, not every term: a term that begins and
-// ends between two reads is not seen, nor a leader that resigned and won
-// again between them (one ID twice is one state); a failed read is retried
-// at the next one. A term, or a time without leader, that lasts longer
+// ends between two reads is not seen, nor, on a backend without fencing, a
+// leader that resigned and won again between them (one ID twice is one
+// state there; with fencing, its new term is a new state); a failed read
+// is retried at the next one. A term, or a time without leader, that lasts longer
 // than ObserveInterval plus twice the time a read takes is seen, as long
 // as reads succeed and the receiver keeps up. To act on every term, a
 // leader passes its Term to what it writes.
@@ -342,22 +351,22 @@ func (o *Observer) observe(ctx context.Context, ch chan<- dsync.LeaderInfo) {
 	}
 	t := time.NewTicker(o.observeInterval)
 	defer t.Stop()
-	var last string
+	var last dsync.LeaderInfo
 	sent := false
 	for {
-		id, err := o.Leader(ctx)
+		li, err := o.Leader(ctx)
 		switch {
 		case err == nil || errors.Is(err, dsync.ErrNoLeader):
-			if !sent || id != last {
+			if !sent || li != last {
 				if sent {
-					o.cfg.Telemetry().Observed(ctx, id)
+					o.cfg.Telemetry().Observed(ctx, li.ID, li.Term)
 				}
 				select {
-				case ch <- dsync.LeaderInfo{ID: id}:
+				case ch <- li:
 				case <-ctx.Done():
 					return
 				}
-				last, sent = id, true
+				last, sent = li, true
 			}
 		case errors.Is(err, dsync.ErrClosed):
 			return

@@ -11,6 +11,7 @@ import (
 	"github.com/dsync-dev/dsync"
 	"github.com/dsync-dev/dsync/backends"
 	"github.com/dsync-dev/dsync/backends/memory"
+	"github.com/dsync-dev/dsync/internal/lease"
 	"github.com/dsync-dev/dsync/internal/testenv/leakcheck"
 	"github.com/dsync-dev/dsync/internal/testenv/testutil"
 	"github.com/dsync-dev/dsync/leader"
@@ -25,7 +26,7 @@ func newStore() *memory.Store { return memory.NewStore(nil) }
 // backendOn returns a new client of store, closed at the end of the test.
 func backendOn(t *testing.T, store *memory.Store) *dsync.Backend {
 	t.Helper()
-	return testutil.NewBackend(t, memory.New(&memory.Options{Store: store}))
+	return testutil.Memory(t, &memory.Options{Store: store})
 }
 
 func newElection(t *testing.T, b *dsync.Backend, name, id string, opts *leader.Options) *leader.Election {
@@ -144,8 +145,8 @@ func TestResignHandsOver(t *testing.T) {
 		go func() { got <- campaign(t, bEl) }()
 		time.Sleep(time.Second) // fake time: b has tried and is waiting
 		synctest.Wait()
-		if id, err := a.Leader(context.Background()); err != nil || id != "a" {
-			t.Fatalf("Leader = %q, %v; want a", id, err)
+		if li, err := a.Leader(context.Background()); err != nil || li != (dsync.LeaderInfo{ID: "a", Term: la.Term()}) {
+			t.Fatalf("Leader = %+v, %v; want a in term %d", li, err, la.Term())
 		}
 		resigned := time.Now()
 		if err := la.Resign(context.Background()); err != nil {
@@ -164,8 +165,8 @@ func TestResignHandsOver(t *testing.T) {
 		if err := la.Resign(context.Background()); !errors.Is(err, dsync.ErrNotHeld) {
 			t.Errorf("second Resign = %v, want ErrNotHeld", err)
 		}
-		if id, err := a.Leader(context.Background()); err != nil || id != "b" {
-			t.Fatalf("Leader = %q, %v; want b", id, err)
+		if li, err := a.Leader(context.Background()); err != nil || li != (dsync.LeaderInfo{ID: "b", Term: lb.Term()}) {
+			t.Fatalf("Leader = %+v, %v; want b in term %d", li, err, lb.Term())
 		}
 		if err := lb.Resign(context.Background()); err != nil {
 			t.Fatal(err)
@@ -201,7 +202,7 @@ func TestLossIsSeenAtTheNextRenewal(t *testing.T) {
 		other := backendOn(t, store)
 		start := time.Now()
 		la := campaign(t, a)
-		if err := other.Driver().Release(context.Background(), "e", la.HoldToken()); err != nil {
+		if err := lease.Driver(other).Release(context.Background(), "e", holdToken(t, la)); err != nil {
 			t.Fatal(err)
 		}
 		<-la.Done()
@@ -350,7 +351,7 @@ func TestDuplicateAcrossProcesses(t *testing.T) {
 		const ttl = 3 * time.Second
 		e := newElection(t, backendOn(t, store), "e", "a", &leader.Options{TTL: ttl})
 
-		stop := holdAs(t, backendOn(t, store).Driver(), "e", "a", ttl, true)
+		stop := holdAs(t, lease.Driver(backendOn(t, store)), "e", "a", ttl, true)
 		start := time.Now()
 		_, err := e.Campaign(context.Background())
 		stop()
@@ -361,7 +362,7 @@ func TestDuplicateAcrossProcesses(t *testing.T) {
 			t.Errorf("duplicate reported after %v, want between one and two TTLs (%v)", d, ttl)
 		}
 
-		stop = holdAs(t, backendOn(t, store).Driver(), "e", "a", ttl, false)
+		stop = holdAs(t, lease.Driver(backendOn(t, store)), "e", "a", ttl, false)
 		start = time.Now()
 		l := campaign(t, e) // waits out the stale hold
 		if d := time.Since(start); d < ttl-time.Millisecond {
@@ -425,4 +426,14 @@ func TestObserveEndsOnClose(t *testing.T) {
 		for range ch {
 		}
 	})
+}
+
+// holdToken is the secret token of a term's hold on the backend.
+func holdToken(t *testing.T, l dsync.Leadership) string {
+	t.Helper()
+	tok, ok := lease.HoldToken(l)
+	if !ok {
+		t.Fatalf("%T has no hold token", l)
+	}
+	return tok
 }

@@ -18,6 +18,17 @@ type Leadership struct {
 
 var _ dsync.Leadership = (*Leadership)(nil)
 
+// The tests and tools of this module that act on a term's hold below the
+// lease layer find its token through lease.HoldToken.
+func init() {
+	lease.LeadershipLease = func(l dsync.Leadership) *lease.Lease {
+		if l, ok := l.(*Leadership); ok {
+			return l.lease
+		}
+		return nil
+	}
+}
+
 // Term implements dsync.Leadership: the lease's fencing token, strictly
 // greater than the term of every earlier leader of the election, as far as
 // the backend's fencing can promise (see the README's guarantees table).
@@ -37,10 +48,6 @@ func (l *Leadership) Err() error { return l.lease.Err() }
 // Expires is the local time until which leadership is safe to rely on,
 // moved forward by every renewal (dsync.Lease.Expires).
 func (l *Leadership) Expires() time.Time { return l.lease.Expires() }
-
-// HoldToken is the secret token that identifies the term's hold on the
-// backend, for tests and tools that act on the hold through the driver.
-func (l *Leadership) HoldToken() string { return l.lease.HoldToken() }
 
 // Resign implements dsync.Leadership: it ends the term and releases the
 // election's lease at once, so that a waiting candidate takes over without

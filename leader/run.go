@@ -8,6 +8,7 @@ import (
 
 	"github.com/dsync-dev/dsync"
 	"github.com/dsync-dev/dsync/backends"
+	"github.com/dsync-dev/dsync/internal/leased"
 )
 
 // DefaultRecampaignDelay is RunOptions.RecampaignDelay's default for an
@@ -98,7 +99,7 @@ func Run(ctx context.Context, e dsync.LeaderElection, fn func(ctx context.Contex
 	}
 }
 
-// lead runs one term under dsync.RunLeased: fn under a context cancelled on
+// lead runs one term under leased.Run: fn under a context cancelled on
 // loss, then Resign, with the hooks around. It reports whether leadership
 // was lost, and fn's error.
 func lead(ctx context.Context, l dsync.Leadership, fn func(context.Context, uint64) error, o *RunOptions) (lost bool, fnErr error) {
@@ -109,7 +110,7 @@ func lead(ctx context.Context, l dsync.Leadership, fn func(context.Context, uint
 			o.OnStopped(term, fmt.Errorf("leader: fn panicked in term %d", term))
 		}
 	}()
-	outcome := dsync.RunLeased(ctx, resigning{l}, func(ctx context.Context) error {
+	outcome := leased.Run(ctx, resigning{l}, func(ctx context.Context) error {
 		if o.OnStarted != nil {
 			o.OnStarted(term)
 		}
@@ -124,7 +125,7 @@ func lead(ctx context.Context, l dsync.Leadership, fn func(context.Context, uint
 	return errors.Is(l.Err(), dsync.ErrLeaseLost), fnErr
 }
 
-// resigning is a term as dsync.RunLeased holds it: releasing it resigns,
+// resigning is a term as leased.Run holds it: releasing it resigns,
 // and AutoExtend has nothing to start (a term renews itself).
 type resigning struct{ dsync.Leadership }
 

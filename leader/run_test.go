@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dsync-dev/dsync"
+	"github.com/dsync-dev/dsync/internal/lease"
 	"github.com/dsync-dev/dsync/leader"
 )
 
@@ -83,7 +84,7 @@ func TestRunRecampaignsAfterLoss(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := newStore()
 		e := &recorder{newElection(t, backendOn(t, store), "e", "a", &leader.Options{TTL: 3 * time.Second}), make(chan *leader.Leadership, 2)}
-		thief := backendOn(t, store).Driver()
+		thief := lease.Driver(backendOn(t, store))
 		var h hooks
 		causes := make(chan error, 2)
 		ctx, cancel := context.WithCancel(context.Background())
@@ -96,7 +97,7 @@ func TestRunRecampaignsAfterLoss(t *testing.T) {
 			}, h.options())
 		}()
 		l1 := <-e.won
-		if err := thief.Release(context.Background(), "e", l1.HoldToken()); err != nil {
+		if err := thief.Release(context.Background(), "e", holdToken(t, l1)); err != nil {
 			t.Fatal(err)
 		}
 		if cause := <-causes; !errors.Is(cause, dsync.ErrLeaseLost) {

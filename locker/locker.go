@@ -139,9 +139,10 @@ func (l *Locker) TryAcquire(ctx context.Context) (dsync.Lease, error) {
 }
 
 // Holder returns the value stored by the current holder of the lock
-// (Options.Value) and its remaining TTL as the backend reports it, or an
-// error matching dsync.ErrNotHeld when the lock is free, or
-// dsync.ErrUnavailable when the read failed.
+// (Options.Value), its remaining TTL as the backend reports it and its
+// fencing token (the holder's Lease.Token; see backends.HolderInfo for
+// when a backend reports none), or an error matching dsync.ErrNotHeld when
+// the lock is free, or dsync.ErrUnavailable when the read failed.
 func (l *Locker) Holder(ctx context.Context) (backends.HolderInfo, error) {
 	info, err := l.cfg.Driver.Holder(ctx, l.cfg.Key)
 	return info, lease.Unavailable(l.cfg.Key, err)

@@ -11,6 +11,7 @@ import (
 	"github.com/dsync-dev/dsync"
 	"github.com/dsync-dev/dsync/backends"
 	"github.com/dsync-dev/dsync/backends/memory"
+	"github.com/dsync-dev/dsync/internal/lease"
 	"github.com/dsync-dev/dsync/internal/testenv/leakcheck"
 	"github.com/dsync-dev/dsync/internal/testenv/testutil"
 	"github.com/dsync-dev/dsync/locker"
@@ -20,7 +21,7 @@ func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }
 
 func TestValidityIsStartPlusTTLMinusDrift(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		l, _ := locker.New(testutil.NewBackend(t, memory.New(nil)), "k", &locker.Options{TTL: 10 * time.Second})
+		l, _ := locker.New(testutil.Memory(t, nil), "k", &locker.Options{TTL: 10 * time.Second})
 		start := time.Now()
 		ls := testutil.MustAcquire(t, context.Background(), l)
 		drift := 10*time.Second/100 + 2*time.Millisecond
@@ -40,7 +41,7 @@ func TestValidityIsStartPlusTTLMinusDrift(t *testing.T) {
 func TestAutoExtendCadenceAndMaxHold(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const ttl = 3 * time.Second
-		l, _ := locker.New(testutil.NewBackend(t, memory.New(nil)), "k", &locker.Options{TTL: ttl, AutoExtend: true, MaxHold: 10 * time.Second})
+		l, _ := locker.New(testutil.Memory(t, nil), "k", &locker.Options{TTL: ttl, AutoExtend: true, MaxHold: 10 * time.Second})
 		start := time.Now()
 		ls := testutil.MustAcquire(t, context.Background(), l)
 		// Extensions every TTL/3 = 1s; the one at 7s is the last that stays
@@ -59,7 +60,7 @@ func TestAutoExtendCadenceAndMaxHold(t *testing.T) {
 func TestAutoExtendMaxExtensions(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const ttl = 3 * time.Second
-		l, _ := locker.New(testutil.NewBackend(t, memory.New(nil)), "k", &locker.Options{TTL: ttl, AutoExtend: true, MaxExtensions: 2})
+		l, _ := locker.New(testutil.Memory(t, nil), "k", &locker.Options{TTL: ttl, AutoExtend: true, MaxExtensions: 2})
 		start := time.Now()
 		ls := testutil.MustAcquire(t, context.Background(), l)
 		<-ls.Done()
@@ -75,7 +76,7 @@ func TestAutoExtendMaxExtensions(t *testing.T) {
 
 func TestAutoExtendUnboundedWithNegativeMaxHold(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		l, _ := locker.New(testutil.NewBackend(t, memory.New(nil)), "k", &locker.Options{TTL: 30 * time.Second, AutoExtend: true, MaxHold: -1})
+		l, _ := locker.New(testutil.Memory(t, nil), "k", &locker.Options{TTL: 30 * time.Second, AutoExtend: true, MaxHold: -1})
 		ls := testutil.MustAcquire(t, context.Background(), l)
 		time.Sleep(3 * time.Hour) // fake time: 3 hours of extensions
 		if err := ls.Err(); err != nil {
@@ -90,7 +91,7 @@ func TestAutoExtendUnboundedWithNegativeMaxHold(t *testing.T) {
 func TestLossIsDetectedAtRefresh(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := memory.NewStore(nil)
-		b := testutil.NewBackend(t, memory.New(&memory.Options{Store: store}))
+		b := testutil.Memory(t, &memory.Options{Store: store})
 		const ttl = 3 * time.Second
 		l, _ := locker.New(b, "k", &locker.Options{TTL: ttl, AutoExtend: true})
 		start := time.Now()
@@ -98,7 +99,7 @@ func TestLossIsDetectedAtRefresh(t *testing.T) {
 		// Someone deletes the hold behind our back: an operator, a server
 		// that lost its data. The next refresh (at TTL/3) must notice.
 		time.Sleep(500 * time.Millisecond)
-		other := memory.New(&memory.Options{Store: store})
+		other := testutil.MemoryDriver(t, &memory.Options{Store: store})
 		defer other.Close()
 		info, err := other.Holder(context.Background(), "k")
 		if err != nil || info.TTL <= 0 {
@@ -116,16 +117,16 @@ func TestLossIsDetectedAtRefresh(t *testing.T) {
 }
 
 // stealToken releases ls's hold through another client, as if it expired.
-func stealToken(t *testing.T, ls dsync.Lease, d *memory.Driver) {
+func stealToken(t *testing.T, ls dsync.Lease, d backends.Driver) {
 	t.Helper()
-	tok := ls.(interface{ HoldToken() string }).HoldToken()
+	tok, _ := lease.HoldToken(ls)
 	if err := d.Release(context.Background(), ls.Key(), tok); err != nil {
 		t.Fatal(err)
 	}
 }
 
 func TestReleaseOnCancelledContextStillReleases(t *testing.T) {
-	b := testutil.NewBackend(t, memory.New(nil))
+	b := testutil.Memory(t, nil)
 	l, _ := locker.New(b, "k", nil)
 	ls := testutil.MustAcquire(t, context.Background(), l)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -133,7 +134,7 @@ func TestReleaseOnCancelledContextStillReleases(t *testing.T) {
 	if err := ls.Release(ctx); err != nil {
 		t.Fatalf("Release on a cancelled context: %v", err)
 	}
-	if _, err := b.Driver().Holder(context.Background(), "k"); !errors.Is(err, dsync.ErrNotHeld) {
+	if _, err := lease.Driver(b).Holder(context.Background(), "k"); !errors.Is(err, dsync.ErrNotHeld) {
 		t.Fatalf("hold still there after Release on a cancelled context: %v", err)
 	}
 }
@@ -160,7 +161,7 @@ func TestURLDefaultsApply(t *testing.T) {
 func TestCancelledWaiterLeavesTheLine(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		l, _ := locker.New(testutil.NewBackend(t, memory.New(nil)), "k", &locker.Options{TTL: 10 * time.Second})
+		l, _ := locker.New(testutil.Memory(t, nil), "k", &locker.Options{TTL: 10 * time.Second})
 		holder := testutil.MustAcquire(t, ctx, l)
 		got := make(chan dsync.Lease, 2)
 		acquire := func() {
@@ -203,7 +204,7 @@ func TestCancelledWaiterLeavesTheLine(t *testing.T) {
 // TestZeroTTLMeansDefault: a zero TTL takes the default, a negative one is
 // refused before any I/O.
 func TestZeroTTLMeansDefault(t *testing.T) {
-	b, err := dsync.NewBackend(memory.New(nil), nil)
+	b, err := memory.New(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -223,7 +224,7 @@ func TestZeroTTLMeansDefault(t *testing.T) {
 // TestKeyOverLimit: a key over backends.MaxKeySize is refused by New,
 // before any I/O; one at the limit is accepted.
 func TestKeyOverLimit(t *testing.T) {
-	b, err := dsync.NewBackend(memory.New(nil), nil)
+	b, err := memory.New(nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,7 +17,7 @@ var ErrAlias = errors.New("dsync: redlock: another address of a listed master, l
 // identities records which node first reached each server process (by
 // run_id), across the nodes of one driver.
 type identities struct {
-	logger *slog.Logger // Options.Logger: told of each alias once; may be nil
+	logger *slog.Logger // the Telemetry.Logger of Options: told of each alias once; may be nil
 
 	mu      sync.Mutex       // protects the maps
 	owner   map[string]*node // run_id -> the node that first reached it

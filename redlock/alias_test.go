@@ -53,9 +53,9 @@ func TestAliasNeverVotes(t *testing.T) {
 	var log syncBuffer
 	ctx := context.Background()
 	opts := []*goredis.Options{{Addr: addrs[0]}, {Addr: addrs[1]}, {Addr: addrs[2]}, {Addr: alias.Addr()}}
-	d, err := redlock.New(ctx, opts, &redlock.Options{
+	d, err := redlock.NewDriver(ctx, opts, &redlock.Options{
 		MaxTTL: faultMaxTTL, NodeTimeout: faultNodeTimeout,
-		Logger: slog.New(slog.NewTextHandler(&log, nil)),
+		BackendOptions: dsync.BackendOptions{Telemetry: dsync.Telemetry{Logger: slog.New(slog.NewTextHandler(&log, nil))}},
 	})
 	if err != nil {
 		t.Fatalf("New with the alias refusing connections: %v", err)

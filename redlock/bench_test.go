@@ -163,7 +163,7 @@ func BenchmarkWorkers(b *testing.B) {
 		for i, s := range servers {
 			nodes[i] = &goredis.Options{Addr: s.Addr()}
 		}
-		newDriver := redlock.New
+		newDriver := redlock.NewDriver
 		if !workers {
 			newDriver = redlock.NewWithoutWorkers
 		}

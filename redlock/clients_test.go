@@ -49,7 +49,7 @@ func TestNewFromClients(t *testing.T) {
 	// read each server's uptime, as New's do.
 	var d *redlock.Driver
 	var err error
-	out := testutil.CaptureStderr(t, func() { d, err = redlock.NewFromClients(ctx, clients, nil) })
+	out := testutil.CaptureStderr(t, func() { d, err = redlock.NewDriverFromClients(ctx, clients, nil) })
 	if err != nil {
 		t.Fatalf("NewFromClients: %v", err)
 	}
@@ -67,7 +67,7 @@ func TestNewFromClients(t *testing.T) {
 	}
 	_ = d.Close()
 
-	d, err = redlock.NewFromClients(ctx, clients, &redlock.Options{NoQuarantine: true})
+	d, err = redlock.NewDriverFromClients(ctx, clients, &redlock.Options{NoQuarantine: true})
 	if err != nil {
 		t.Fatalf("NewFromClients: %v", err)
 	}
@@ -130,7 +130,7 @@ func TestNewFromClientsRefuses(t *testing.T) {
 		{"same client twice", []goredis.UniversalClient{plain, plain}, "listed twice"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d, err := redlock.NewFromClients(ctx, tc.clients, nil)
+			d, err := redlock.NewDriverFromClients(ctx, tc.clients, nil)
 			if err == nil {
 				_ = d.Close()
 				t.Fatal("NewFromClients succeeded")

@@ -4,7 +4,7 @@
 //
 // What it promises: while a majority of the masters keep their data, or
 // lose it only in restarts after which they sit out MaxTTL (the restart
-// quarantine, which the driver enforces by run_id), at most one client
+// quarantine, which the backend enforces by run_id), at most one client
 // holds a lock, a semaphore admits at most its size, and fencing tokens
 // grow with every hold of a key. Validity is the TTL less the time the
 // attempt took and a drift allowance, measured by the layer above.
@@ -15,7 +15,8 @@
 // round. A semaphore attempt makes a round per slot until one is won.
 // Release and Refresh are one parallel round; every call returns when its
 // context ends, and the requests still out finish in the background within
-// the per-node timeout. Nothing is logged unless Options.Logger is set.
+// the per-node timeout. Nothing is logged unless a logger is set (the
+// Telemetry.Logger of Options, or of dsync.OpenWith's options).
 //
 // Waiters of a lock are served in order of their Acquire calls, across
 // processes, with bounded barging (docs/redlock.md, "Waiters in order").

@@ -11,8 +11,8 @@ import (
 
 	"github.com/hashicorp/go-multierror"
 	goredis "github.com/redis/go-redis/v9"
-	"go.opentelemetry.io/otel/metric"
 
+	"github.com/dsync-dev/dsync"
 	"github.com/dsync-dev/dsync/backends"
 	"github.com/dsync-dev/dsync/internal/telemetry"
 )
@@ -33,7 +33,7 @@ const (
 // ErrNotAcquired when they come from an acquisition.
 var ErrNoQuorum = errors.New("dsync: redlock: quorum unreachable")
 
-// Options configure a Driver. A nil *Options means defaults.
+// Options configure New and NewFromClients. A nil *Options means defaults.
 type Options struct {
 	// Prefix of every Redis key and channel, as in the redis backend.
 	// Default "dsync:".
@@ -50,17 +50,16 @@ type Options struct {
 	// restarted without persistence can grant a held lock twice) and exists
 	// for tests that show why quarantine is on by default.
 	NoQuarantine bool
-	// Logger receives configuration warnings (an even number of nodes, a
-	// node found to be another address of a listed master) and notices of
-	// nodes quarantined and back. Default nil: nothing is logged.
-	// dsync.OpenWith sets it from the backend's Telemetry.Logger.
-	Logger *slog.Logger
-	// MeterProvider makes the per-node instruments (request latency and
-	// outcome, restart quarantine; see docs/observability.md). Default:
-	// otel.GetMeterProvider(). dsync.OpenWith sets it from the backend's
-	// Telemetry.MeterProvider. Spans need no provider: a node request is
-	// a child of the span of the call it is part of.
-	MeterProvider metric.MeterProvider
+	// BackendOptions name the backend (default "redlock"), set the
+	// defaults of the primitives built on it and choose where its
+	// telemetry goes. Besides what every backend reports, Telemetry.Logger
+	// receives configuration warnings (an even number of nodes, a node
+	// found to be another address of a listed master) and notices of
+	// nodes quarantined and back, and Telemetry.MeterProvider makes the
+	// per-node instruments (request latency and outcome, restart
+	// quarantine; see docs/observability.md). A node request's span is a
+	// child of the span of the call it is part of.
+	dsync.BackendOptions
 }
 
 // NodeError is one node's part of a failed fan-out. It unwraps to the
@@ -79,12 +78,12 @@ func (e *NodeError) Error() string {
 
 func (e *NodeError) Unwrap() error { return e.Err }
 
-// MaxNodes is the most masters a Driver takes.
+// MaxNodes is the most masters a backend takes.
 const MaxNodes = 64
 
-// Driver is the Redlock driver over N independent Redis masters. It
+// driver is the Redlock driver over N independent Redis masters. It
 // implements backends.Driver and is safe for concurrent use.
-type Driver struct {
+type driver struct {
 	nodes       []*node
 	quorum      int
 	nodeTimeout time.Duration // Options.NodeTimeout; zero: from the TTL
@@ -107,33 +106,54 @@ type Driver struct {
 	tel *telemetry.Nodes
 }
 
-var _ backends.Driver = (*Driver)(nil)
+var _ backends.Driver = (*driver)(nil)
 
-// New connects to the nodes (one go-redis client each, configured from the
-// given options) and probes them within ctx. It fails when fewer than a
-// quorum answer, when two entries reach the same server (same run_id), or
-// on invalid options. A node that did not answer here and turns out, when
-// it first does, to reach the server of a node listed before it is an
-// alias: it is left out of every quorum (its error matches ErrAlias and
-// names both addresses; Options.Logger is told), so one server never
-// casts two votes. Each client is set up for dsync: no go-redis retries
-// (one attempt per call), context deadlines honoured, and a connection hook
-// that reads the server's run_id and uptime for the restart quarantine
-// (chained after an OnConnect of the caller's).
-func New(ctx context.Context, nodes []*goredis.Options, opts *Options) (*Driver, error) {
-	return newDriver(ctx, nodes, opts, newWorkers())
+// New returns a backend over the nodes: it connects to them (one go-redis
+// client each, configured from the given options) and probes them within
+// ctx. It fails when fewer than a quorum answer, when two entries reach
+// the same server (same run_id), or on invalid options (an
+// *dsync.InvalidError). A node that did not answer here and turns out,
+// when it first does, to reach the server of a node listed before it is
+// an alias: it is left out of every quorum (its error matches ErrAlias
+// and names both addresses; the Telemetry.Logger of opts is told), so one
+// server never casts two votes. Each client is set up for dsync: no
+// go-redis retries (one attempt per request), context deadlines honoured,
+// and a connection hook that reads the server's run_id and uptime for the
+// restart quarantine (chained after an OnConnect of the caller's). Close
+// the backend to close the clients.
+func New(ctx context.Context, nodes []*goredis.Options, opts *Options) (*dsync.Backend, error) {
+	return newBackend(newDriver(ctx, nodes, opts, newWorkers()))
 }
 
-// newDriver is New with the spawner of the driver's goroutines.
-func newDriver(ctx context.Context, nodes []*goredis.Options, opts *Options, pool spawner) (*Driver, error) {
+// newBackend returns the backend over the driver newDriver returned, with
+// the options' backend settings.
+func newBackend(d *driver, opts *Options, err error) (*dsync.Backend, error) {
+	if err != nil {
+		return nil, err
+	}
+	var bo dsync.BackendOptions
+	if opts != nil {
+		bo = opts.BackendOptions
+	}
+	b, err := dsync.NewBackend(d, &bo)
+	if err != nil {
+		_ = d.Close()
+		return nil, err
+	}
+	return b, nil
+}
+
+// newDriver returns New's driver, with the spawner of its goroutines, and
+// opts for newBackend.
+func newDriver(ctx context.Context, nodes []*goredis.Options, opts *Options, pool spawner) (*driver, *Options, error) {
 	o := Options{}
 	if opts != nil {
 		o = *opts
 	}
 	if err := o.check(nodes); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	d := &Driver{
+	d := &driver{
 		quorum:      len(nodes)/2 + 1,
 		nodeTimeout: o.NodeTimeout,
 		maxTTL:      o.MaxTTL,
@@ -151,26 +171,27 @@ func newDriver(ctx context.Context, nodes []*goredis.Options, opts *Options, poo
 	for i, no := range nodes {
 		addrs[i] = no.Addr
 	}
-	d.tel = telemetry.NewNodes(telemetry.Settings{MeterProvider: o.MeterProvider, Logger: o.Logger}, addrs)
-	ids := newIdentities(o.Logger)
+	logger := o.Telemetry.Logger
+	d.tel = telemetry.NewNodes(telemetry.Settings{MeterProvider: o.Telemetry.MeterProvider, Logger: logger}, addrs)
+	ids := newIdentities(logger)
 	for i, no := range nodes {
 		n, err := newNode(i, no, &o, ids, d.tel)
 		if err != nil {
 			_ = d.Close()
-			return nil, err
+			return nil, nil, err
 		}
 		d.nodes = append(d.nodes, n)
 	}
 	d.tel.ObserveQuarantine(func(i int) time.Time { return d.nodes[i].quarantinedUntil() })
 	if err := d.probe(ctx); err != nil {
 		_ = d.Close()
-		return nil, err
+		return nil, nil, err
 	}
 	if len(nodes)%2 == 0 {
 		d.tel.Log(slog.LevelWarn, "dsync: redlock: an even number of nodes tolerates no more failures than one node fewer",
 			slog.Int("nodes", len(nodes)), slog.Int("quorum", d.quorum))
 	}
-	return d, nil
+	return d, &o, nil
 }
 
 // NewFromClients is New over the options of clients the application
@@ -179,8 +200,8 @@ func newDriver(ctx context.Context, nodes []*goredis.Options, opts *Options, poo
 // of the client's, chained before dsync's; not its push-notification
 // processor or client-side cache, which are one client's own.
 //
-// The driver makes a client of its own per master from those options, set
-// up as New sets up its clients; it does not send commands through the
+// The backend makes a client of its own per master from those options,
+// set up as New sets up its clients; it does not send commands through the
 // application's clients, and does not close them (it closes only the
 // clients it created). It cannot use them as they are: the restart
 // quarantine reads the server's run_id and uptime on every new connection,
@@ -195,7 +216,16 @@ func newDriver(ctx context.Context, nodes []*goredis.Options, opts *Options, poo
 // or Ring client is an *InvalidError, as a Redlock master is one server
 // (independent of the others, without replication between them). It then
 // fails as New fails.
-func NewFromClients(ctx context.Context, clients []goredis.UniversalClient, opts *Options) (*Driver, error) {
+func NewFromClients(ctx context.Context, clients []goredis.UniversalClient, opts *Options) (*dsync.Backend, error) {
+	nodes, err := clientOptions(clients)
+	if err != nil {
+		return nil, err
+	}
+	return New(ctx, nodes, opts)
+}
+
+// clientOptions returns the options of NewFromClients' clients, for New.
+func clientOptions(clients []goredis.UniversalClient) ([]*goredis.Options, error) {
 	nodes := make([]*goredis.Options, len(clients))
 	for i, c := range clients {
 		switch c := c.(type) {
@@ -219,7 +249,7 @@ func NewFromClients(ctx context.Context, clients []goredis.UniversalClient, opts
 			return nil, backends.Invalid("clients", "client %d is a %T: Redlock takes a *redis.Client per master", i, c)
 		}
 	}
-	return New(ctx, nodes, opts)
+	return nodes, nil
 }
 
 // check validates o and the node list, and fills in MaxTTL's default.
@@ -257,7 +287,7 @@ func (o *Options) check(nodes []*goredis.Options) error {
 
 // probe pings every node (which also records its run_id) and rejects
 // duplicates and a quorum that cannot be reached.
-func (d *Driver) probe(ctx context.Context) error {
+func (d *driver) probe(ctx context.Context) error {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, probeTimeout)
@@ -290,13 +320,13 @@ func (d *Driver) probe(ctx context.Context) error {
 
 // Capabilities reports fencing, 1 ms TTLs, MaxTTL, and semaphores of up
 // to MaxLimit slots.
-func (d *Driver) Capabilities() backends.Capabilities { return d.caps }
+func (d *driver) Capabilities() backends.Capabilities { return d.caps }
 
 // Quorum is the number of nodes that must agree: N/2+1.
-func (d *Driver) Quorum() int { return d.quorum }
+func (d *driver) Quorum() int { return d.quorum }
 
 // Nodes lists the nodes' addresses, by index.
-func (d *Driver) Nodes() []string {
+func (d *driver) Nodes() []string {
 	out := make([]string, len(d.nodes))
 	for i, n := range d.nodes {
 		out[i] = n.addr
@@ -306,7 +336,7 @@ func (d *Driver) Nodes() []string {
 
 // CheckTTL implements backends.Driver: the TTL must fit two rounds of
 // the per-node timeout, and not exceed MaxTTL.
-func (d *Driver) CheckTTL(ttl time.Duration) error {
+func (d *driver) CheckTTL(ttl time.Duration) error {
 	if err := backends.CheckTTL(ttl, d.caps); err != nil {
 		return err
 	}
@@ -316,7 +346,7 @@ func (d *Driver) CheckTTL(ttl time.Duration) error {
 
 // timeoutFor returns the per-node timeout for a TTL, or an *InvalidError if
 // the TTL cannot fit two rounds of it.
-func (d *Driver) timeoutFor(ttl time.Duration) (time.Duration, error) {
+func (d *driver) timeoutFor(ttl time.Duration) (time.Duration, error) {
 	nt := d.nodeTimeout
 	if nt == 0 {
 		nt = min(max(time.Duration(float64(ttl)*defaultNodeTimeoutShare), minNodeTimeout), maxNodeTimeout)
@@ -329,7 +359,7 @@ func (d *Driver) timeoutFor(ttl time.Duration) (time.Duration, error) {
 
 // QuarantineCheck returns an error matching ErrQuarantined, naming the
 // nodes, when any node is in restart quarantine at now; nil otherwise.
-func (d *Driver) QuarantineCheck(now time.Time) error {
+func (d *driver) QuarantineCheck(now time.Time) error {
 	var merr *multierror.Error
 	for _, n := range d.nodes {
 		if err := n.quarantined(now); err != nil {
@@ -342,14 +372,14 @@ func (d *Driver) QuarantineCheck(now time.Time) error {
 // nodeCtx bounds one node request by timeout and by Close, not by the
 // caller's context: a fan-out returns when that ends, and its requests
 // finish in the background.
-func (d *Driver) nodeCtx(timeout time.Duration) (context.Context, context.CancelFunc) {
+func (d *driver) nodeCtx(timeout time.Duration) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(d.ctx, timeout)
 }
 
 // Close stops the node requests still in flight, awaits every goroutine,
 // and closes the nodes' clients. Holds are left to expire. Close is
 // idempotent.
-func (d *Driver) Close() error {
+func (d *driver) Close() error {
 	var err error
 	d.once.Do(func() {
 		d.closed.Store(true)

@@ -17,7 +17,8 @@ import (
 // Redlock over three independent masters, built in code. A master does not
 // vote until MaxTTL has passed since its server started (the restart
 // quarantine: it may have lost holds in a restart); this example's masters
-// were started just now, so it uses a short MaxTTL and waits it out.
+// were started just now, so it uses a short MaxTTL and waits it out, as the
+// backend's health report tells.
 func ExampleNew() {
 	addrs, stop, err := redisServers(3) // three redis-servers for the example
 	if err != nil {
@@ -31,21 +32,14 @@ func ExampleNew() {
 	for _, addr := range addrs {
 		masters = append(masters, &goredis.Options{Addr: addr})
 	}
-	d, err := redlock.New(ctx, masters, &redlock.Options{MaxTTL: time.Second})
+	b, err := redlock.New(ctx, masters, &redlock.Options{MaxTTL: time.Second})
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	for d.QuarantineCheck(time.Now()) != nil {
-		time.Sleep(100 * time.Millisecond)
-	}
-	b, err := dsync.NewBackend(d, nil) // closes d, and the clients New made
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	defer b.Close()
-	fmt.Println("quorum:", d.Quorum(), "of", len(d.Nodes()))
+	defer b.Close() // closes the clients New made
+	h := waitForVotes(ctx, b)
+	fmt.Println("healthy:", h.OK, "nodes:", len(h.Nodes))
 
 	l, err := locker.New(b, "ledger", &locker.Options{TTL: time.Second})
 	if err != nil {
@@ -68,13 +62,13 @@ func ExampleNew() {
 	fmt.Println("tokens grow:", second.Token() > first.Token())
 	_ = second.Release(ctx)
 	// Output:
-	// quorum: 2 of 3
+	// healthy: true nodes: 3
 	// a second holder: false
 	// tokens grow: true
 }
 
 // Redlock from go-redis clients the application already has, one per
-// master: the driver takes their settings (address, password, TLS, pool)
+// master: the backend takes their settings (address, password, TLS, pool)
 // for clients of its own, and leaves the application's open.
 func ExampleNewFromClients() {
 	addrs, stop, err := redisServers(3) // three redis-servers for the example
@@ -91,19 +85,12 @@ func ExampleNewFromClients() {
 		defer c.Close()
 		clients = append(clients, c)
 	}
-	d, err := redlock.NewFromClients(ctx, clients, &redlock.Options{MaxTTL: time.Second})
+	b, err := redlock.NewFromClients(ctx, clients, &redlock.Options{MaxTTL: time.Second})
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	for d.QuarantineCheck(time.Now()) != nil { // fresh masters: see ExampleNew
-		time.Sleep(100 * time.Millisecond)
-	}
-	b, err := dsync.NewBackend(d, nil)
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
+	waitForVotes(ctx, b) // fresh masters: see ExampleNew
 	l, err := locker.New(b, "report", &locker.Options{TTL: time.Second})
 	if err != nil {
 		fmt.Println(err)
@@ -121,6 +108,22 @@ func ExampleNewFromClients() {
 	// released: <nil>
 	// close: <nil>
 	// the application's clients still work: true
+}
+
+// waitForVotes waits until no node of b is in restart quarantine, and
+// returns the health report that says so.
+func waitForVotes(ctx context.Context, b *dsync.Backend) dsync.Health {
+	for {
+		h, err := b.Health(ctx)
+		quarantined := false
+		for _, n := range h.Nodes {
+			quarantined = quarantined || n.QuarantinedUntil.After(time.Now())
+		}
+		if err != nil || !quarantined {
+			return h
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // The examples start their own redis-server processes (redis-server must be

@@ -30,10 +30,31 @@ func SlotOf(d *Driver, key, token string) (int, bool) {
 	return t.Slot, t.Slots > 0
 }
 
-// NewWithoutWorkers is New with a driver that runs every node request on
-// a fresh goroutine, the reference of BenchmarkWorkers.
+// Driver is the driver type, for the tests that drive the SPI directly.
+type Driver = driver
+
+// NewDriver returns New's driver, for the tests that drive the SPI
+// directly.
+func NewDriver(ctx context.Context, nodes []*goredis.Options, opts *Options) (*Driver, error) {
+	d, _, err := newDriver(ctx, nodes, opts, newWorkers())
+	return d, err
+}
+
+// NewDriverFromClients returns NewFromClients' driver, for the tests that
+// drive the SPI directly.
+func NewDriverFromClients(ctx context.Context, clients []goredis.UniversalClient, opts *Options) (*Driver, error) {
+	nodes, err := clientOptions(clients)
+	if err != nil {
+		return nil, err
+	}
+	return NewDriver(ctx, nodes, opts)
+}
+
+// NewWithoutWorkers is NewDriver with a driver that runs every node
+// request on a fresh goroutine, the reference of BenchmarkWorkers.
 func NewWithoutWorkers(ctx context.Context, nodes []*goredis.Options, opts *Options) (*Driver, error) {
-	return newDriver(ctx, nodes, opts, &goroutines{})
+	d, _, err := newDriver(ctx, nodes, opts, &goroutines{})
+	return d, err
 }
 
 // goroutines is the spawner without workers: a fresh goroutine for every f.

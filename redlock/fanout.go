@@ -29,7 +29,7 @@ func voting(n *node, now time.Time) error { return n.excluded(now) }
 // not answered count as failed with ctx's error, and their op goes on in
 // the background within nt. Each node's op is recorded as what (its
 // latency, outcome, and a child of the span in ctx).
-func (d *Driver) fanOut(ctx context.Context, nt time.Duration, sel selector, what telemetry.NodeOp, op func(context.Context, *node) error) (int, *multierror.Error) {
+func (d *driver) fanOut(ctx context.Context, nt time.Duration, sel selector, what telemetry.NodeOp, op func(context.Context, *node) error) (int, *multierror.Error) {
 	_, ok, errs := fanOutValues(d, ctx, nt, sel, what, func(ctx context.Context, n *node) (struct{}, error) {
 		return struct{}{}, op(ctx, n)
 	})
@@ -47,7 +47,7 @@ type nodeResult[T any] struct {
 // each node's value, by index (the zero value for a node that failed or
 // did not answer in time). An op must not touch the caller's variables,
 // since it may still run after fanOutValues has returned.
-func fanOutValues[T any](d *Driver, ctx context.Context, nt time.Duration, sel selector, what telemetry.NodeOp, op func(context.Context, *node) (T, error)) ([]T, int, *multierror.Error) {
+func fanOutValues[T any](d *driver, ctx context.Context, nt time.Duration, sel selector, what telemetry.NodeOp, op func(context.Context, *node) (T, error)) ([]T, int, *multierror.Error) {
 	results := make(chan nodeResult[T], len(d.nodes))
 	values := make([]T, len(d.nodes))
 	errs := make([]error, len(d.nodes))

@@ -22,6 +22,7 @@ import (
 
 	"github.com/dsync-dev/dsync"
 	"github.com/dsync-dev/dsync/backends"
+	"github.com/dsync-dev/dsync/internal/lease"
 	"github.com/dsync-dev/dsync/internal/redisnode"
 	"github.com/dsync-dev/dsync/internal/testenv/faultproxy"
 	"github.com/dsync-dev/dsync/internal/testenv/redistest"
@@ -71,7 +72,7 @@ func openBackend(t *testing.T, url string) (*dsync.Backend, *redlock.Driver) {
 	t.Helper()
 	b := open(t, url)
 	t.Cleanup(func() { _ = b.Close() })
-	return b, b.Driver().(*redlock.Driver)
+	return b, lease.Driver(b).(*redlock.Driver)
 }
 
 // addrURL is the redlock:// URL of a list of addresses (servers or proxies).
@@ -123,11 +124,11 @@ func votersOf(t *testing.T, l dsync.Lease) []int {
 // holdToken is the random token stored in a lease's keys on the nodes.
 func holdToken(t *testing.T, l dsync.Lease) string {
 	t.Helper()
-	h, ok := l.(interface{ HoldToken() string })
+	tok, ok := lease.HoldToken(l)
 	if !ok {
 		t.Fatalf("lease %T does not report its hold token", l)
 	}
-	return h.HoldToken()
+	return tok
 }
 
 // redisKey is the Redis key of a lock's hold, with the default prefix.
@@ -149,16 +150,25 @@ func nodeValue(t *testing.T, c *goredis.Client, key string) string {
 	return v
 }
 
-// holders lists the nodes on which key's hold has the value tok.
+// holders lists the nodes on which key's hold is tok's.
 func holders(t *testing.T, clients []*goredis.Client, key, tok string) []int {
 	t.Helper()
 	var out []int
 	for i, c := range clients {
-		if nodeValue(t, c, key) == tok {
+		if storedToken(nodeValue(t, c, key)) == tok {
 			out = append(out, i)
 		}
 	}
 	return out
+}
+
+// storedToken is the token of a hold as a node stores it: what precedes
+// its fencing token ("\t") and its value ("\n"), if any.
+func storedToken(v string) string {
+	if i := strings.IndexAny(v, "\t\n"); i >= 0 {
+		return v[:i]
+	}
+	return v
 }
 
 // timed runs f and returns how long it took.
@@ -474,7 +484,7 @@ func TestNoQuorumErrorsSayWhy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	quiet, err := dsync.NewBackend(withoutNotices{b.Driver()}, nil)
+	quiet, err := dsync.NewBackend(withoutNotices{lease.Driver(b)}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -773,7 +783,7 @@ func TestQuarantineEndsTogether(t *testing.T) {
 		b := open(t, url)
 		defer b.Close()
 		before := time.Now()
-		h, err := b.Driver().Health(ctx)
+		h, err := lease.Driver(b).Health(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -1426,7 +1436,7 @@ func TestConfiguration(t *testing.T) {
 	t.Run("even number of nodes", func(t *testing.T) {
 		var log bytes.Buffer
 		opts := []*goredis.Options{{Addr: addrs[0]}, {Addr: addrs[1]}}
-		d, err := redlock.New(ctx, opts, &redlock.Options{MaxTTL: faultMaxTTL, Logger: slog.New(slog.NewTextHandler(&log, nil))})
+		d, err := redlock.NewDriver(ctx, opts, &redlock.Options{MaxTTL: faultMaxTTL, BackendOptions: dsync.BackendOptions{Telemetry: dsync.Telemetry{Logger: slog.New(slog.NewTextHandler(&log, nil))}}})
 		if err != nil {
 			t.Fatal(err)
 		}

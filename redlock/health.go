@@ -15,7 +15,7 @@ import (
 // quarantine. It is OK when a quorum of nodes answer and are not
 // quarantined. A node that connects anew meanwhile reports its restart,
 // as for any request. After Close it returns ErrClosed.
-func (d *Driver) Health(ctx context.Context) (backends.Health, error) {
+func (d *driver) Health(ctx context.Context) (backends.Health, error) {
 	if d.closed.Load() {
 		return backends.Health{}, backends.ErrClosed
 	}

@@ -16,7 +16,7 @@ import (
 
 // heldTarget checks a Release or Refresh of (key, token), before any I/O,
 // and returns where its hold is: the slot it won, or key's lock.
-func (d *Driver) heldTarget(key, token string) (redisnode.Target, error) {
+func (d *driver) heldTarget(key, token string) (redisnode.Target, error) {
 	if d.closed.Load() {
 		return redisnode.Target{}, backends.ErrClosed
 	}
@@ -33,7 +33,7 @@ func (d *Driver) heldTarget(key, token string) (redisnode.Target, error) {
 // more nodes than a quorum tolerates, and the nodes' errors otherwise. For
 // a semaphore, key is the semaphore's: the driver knows the permit's slot,
 // and its release wakes the semaphore's waiters.
-func (d *Driver) Release(ctx context.Context, key, token string) error {
+func (d *driver) Release(ctx context.Context, key, token string) error {
 	t, err := d.heldTarget(key, token)
 	if err != nil {
 		return err
@@ -63,7 +63,7 @@ func (d *Driver) Release(ctx context.Context, key, token string) error {
 // ended. If not, the request withdraws its key itself when it lands.
 // Waiting keeps to one command per node and step: without it the release
 // and the straggler's withdrawal both go out.
-func (d *Driver) awaitLanding(ctx context.Context, h *hold, i int) bool {
+func (d *driver) awaitLanding(ctx context.Context, h *hold, i int) bool {
 	for {
 		d.mu.Lock()
 		if h.inFlight&(1<<i) == 0 {
@@ -93,7 +93,7 @@ func (d *Driver) awaitLanding(ctx context.Context, h *hold, i int) bool {
 // quarantined nor an alias), in parallel; it succeeds when a quorum refreshed it. A hold gone from more
 // nodes than a quorum tolerates is ErrNotHeld; expired keys are never
 // re-created. For a semaphore, key is the semaphore's.
-func (d *Driver) Refresh(ctx context.Context, key, token string, ttl time.Duration) error {
+func (d *driver) Refresh(ctx context.Context, key, token string, ttl time.Duration) error {
 	t, err := d.heldTarget(key, token)
 	if err != nil {
 		return err
@@ -119,7 +119,7 @@ type counted struct {
 	errs        *multierror.Error
 }
 
-func (d *Driver) fanOutCounted(ctx context.Context, nt time.Duration, sel selector, what telemetry.NodeOp, op func(context.Context, *node) error) counted {
+func (d *driver) fanOutCounted(ctx context.Context, nt time.Duration, sel selector, what telemetry.NodeOp, op func(context.Context, *node) error) counted {
 	ok, errs := d.fanOut(ctx, nt, sel, what, op)
 	c := counted{ok: ok, errs: errs}
 	for _, e := range errs.WrappedErrors() {
@@ -130,7 +130,7 @@ func (d *Driver) fanOutCounted(ctx context.Context, nt time.Duration, sel select
 	return c
 }
 
-func (d *Driver) quorumResult(op string, c counted) error {
+func (d *driver) quorumResult(op string, c counted) error {
 	n := len(d.nodes)
 	switch {
 	case c.ok >= d.quorum:
@@ -145,10 +145,14 @@ func (d *Driver) quorumResult(op string, c counted) error {
 // Holder reports the holder of key that a quorum of nodes agrees on (the
 // same token in the same place: the lock, or one slot of a semaphore), with
 // the smallest TTL among those nodes; of several such holders of a
-// semaphore, the one whose hold expires last. It returns ErrNotHeld when no
-// hold has a quorum. It reads every node whose vote counts in one
-// parallel round.
-func (d *Driver) Holder(ctx context.Context, key string) (backends.HolderInfo, error) {
+// semaphore, the one whose hold expires last. Its Fence is the lease's
+// token (fenceToken) of the counter that a quorum of nodes record with the
+// hold: the voters of the round that won it all do (see fence), and a
+// node that granted it after the round was decided may record another.
+// When the nodes that answer make no quorum on one counter (voters that
+// did not answer), it is the largest they record. It returns ErrNotHeld when no hold has a quorum.
+// It reads every node whose vote counts in one parallel round.
+func (d *driver) Holder(ctx context.Context, key string) (backends.HolderInfo, error) {
 	if d.closed.Load() {
 		return backends.HolderInfo{}, backends.ErrClosed
 	}
@@ -160,8 +164,10 @@ func (d *Driver) Holder(ctx context.Context, key string) (backends.HolderInfo, e
 		return n.node.Holds(ctx, key)
 	})
 	type agg struct {
-		votes int
-		info  backends.HolderInfo
+		votes  int
+		slot   int // the hold's slot (0 for a lock), for its grant's token
+		info   backends.HolderInfo
+		fences map[uint64]int // nodes by the counter they record
 	}
 	byPlace := map[holdRef]*agg{}
 	for _, hs := range holds {
@@ -169,11 +175,12 @@ func (d *Driver) Holder(ctx context.Context, key string) (backends.HolderInfo, e
 			p := holdRef{h.Target, h.Token}
 			a := byPlace[p]
 			if a == nil {
-				a = &agg{info: backends.HolderInfo{Value: h.Value, TTL: h.TTL}}
+				a = &agg{slot: h.Target.Slot, info: backends.HolderInfo{Value: h.Value, TTL: h.TTL}, fences: map[uint64]int{}}
 				byPlace[p] = a
 			}
 			a.votes++
 			a.info.TTL = min(a.info.TTL, h.TTL)
+			a.fences[h.Fence]++
 		}
 	}
 	var best *agg
@@ -183,6 +190,15 @@ func (d *Driver) Holder(ctx context.Context, key string) (backends.HolderInfo, e
 		}
 	}
 	if best != nil {
+		var counter uint64
+		for c, n := range best.fences {
+			if n >= d.quorum {
+				counter = c
+				break
+			}
+			counter = max(counter, c)
+		}
+		best.info.Fence = fenceToken(counter, best.slot)
 		return best.info, nil
 	}
 	if count(errs) > len(d.nodes)-d.quorum {
@@ -197,7 +213,7 @@ func (d *Driver) Holder(ctx context.Context, key string) (backends.HolderInfo, e
 // waiter (or frees it) and tells its waiters. It returns nil when a quorum
 // of nodes answered, and the nodes' errors otherwise: a place left behind
 // lapses on its own.
-func (d *Driver) Leave(ctx context.Context, key, waiter string) error {
+func (d *driver) Leave(ctx context.Context, key, waiter string) error {
 	if d.closed.Load() {
 		return backends.ErrClosed
 	}

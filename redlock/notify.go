@@ -18,7 +18,7 @@ import (
 // caller. The subscription's Close stops the goroutines without waiting
 // for them; the driver's Close awaits them. For a semaphore, the
 // release of any slot is published on its key's channel.
-func (d *Driver) WatchReleases(ctx context.Context, key string) (backends.Subscription, error) {
+func (d *driver) WatchReleases(ctx context.Context, key string) (backends.Subscription, error) {
 	if d.closed.Load() {
 		return nil, backends.ErrClosed
 	}

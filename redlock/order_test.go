@@ -164,7 +164,7 @@ func TestSplitRoundKeepsTurn(t *testing.T) {
 		// on every master (a request may land later, and is kept).
 		for i, c := range clients {
 			testutil.Eventually(t, 10*time.Second, fmt.Sprintf("the holder's hold on master %d", i), func() bool {
-				return c.Get(ctx, "dsync:{"+key+"}").Val() == first.Token
+				return storedToken(c.Get(ctx, "dsync:{"+key+"}").Val()) == first.Token
 			})
 		}
 		a, b := orderWaiter(1, "a"), orderWaiter(2, "b")

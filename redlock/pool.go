@@ -23,7 +23,7 @@ type spawner interface {
 
 // spawn runs f on a goroutine of the driver's, which Close awaits, unless
 // Close has begun; it reports whether f was started.
-func (d *Driver) spawn(f func()) bool { return d.pool.Go(f) }
+func (d *driver) spawn(f func()) bool { return d.pool.Go(f) }
 
 // workers is the driver's spawner: an idle worker takes f when there is
 // one; each exits after workerIdle without work, or when Stop begins.

@@ -13,6 +13,7 @@ import (
 	"github.com/dsync-dev/dsync"
 	"github.com/dsync-dev/dsync/backends"
 	"github.com/dsync-dev/dsync/backends/backendtest"
+	"github.com/dsync-dev/dsync/internal/lease"
 	"github.com/dsync-dev/dsync/internal/testenv/redistest"
 	"github.com/dsync-dev/dsync/internal/testenv/testutil"
 	"github.com/dsync-dev/dsync/redlock"
@@ -50,7 +51,7 @@ func waitOutQuarantine(t testing.TB, servers []*redistest.Server, maxTTL time.Du
 	t.Helper()
 	b := open(t, redlockURL(servers, "max_ttl="+maxTTL.String()))
 	defer b.Close()
-	d := b.Driver().(*redlock.Driver)
+	d := lease.Driver(b).(*redlock.Driver)
 	deadline := time.Now().Add(maxTTL + 5*time.Second)
 	for {
 		if err := d.QuarantineCheck(time.Now()); err == nil {
@@ -93,7 +94,7 @@ func TestWorkersExitWhenIdle(t *testing.T) {
 	if n := workers(); n != 0 {
 		t.Fatalf("%d workers before any request", n)
 	}
-	d := b.Driver().(*redlock.Driver)
+	d := lease.Driver(b).(*redlock.Driver)
 	ctx := context.Background()
 	// The per-node timeout of a 1s TTL is 50ms: the first round opens the
 	// connections.
@@ -146,7 +147,7 @@ func TestWritesNothingToStderr(t *testing.T) {
 		addrs := []string{servers[0].Addr(), servers[1].Addr(), "127.0.0.1:1"}
 		b = open(t, "redlock://"+strings.Join(addrs, ",")+"/?quarantine=false")
 		defer b.Close()
-		d := b.Driver()
+		d := lease.Driver(b)
 		if err := servers[1].Kill(); err != nil {
 			t.Fatal(err)
 		}

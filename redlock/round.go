@@ -27,7 +27,7 @@ type holdRef struct {
 // hold tracks an attempt while some of its node requests are in flight, so
 // that a hold applied after the attempt failed, or after the lease was
 // released, is withdrawn from that node when its reply arrives. Its fields
-// are protected by Driver.mu.
+// are protected by driver.mu.
 type hold struct {
 	pending int  // node requests in flight
 	decided bool // the attempt has returned
@@ -78,7 +78,7 @@ const (
 // fewer than a quorum of nodes answer, and with the error of
 // backends.LimitMismatch when a quorum of nodes hold the key with another
 // limit (1: its lock).
-func (d *Driver) Acquire(ctx context.Context, req backends.Request) (backends.Grant, error) {
+func (d *driver) Acquire(ctx context.Context, req backends.Request) (backends.Grant, error) {
 	if d.closed.Load() {
 		return backends.Grant{}, backends.ErrClosed
 	}
@@ -110,13 +110,13 @@ func (d *Driver) Acquire(ctx context.Context, req backends.Request) (backends.Gr
 // round of the fencing token. A failed round is withdrawn (see
 // withdrawRound); on a refusal, attempt says whether another slot is worth
 // a try.
-func (d *Driver) attempt(ctx context.Context, t redisnode.Target, req backends.Request, nt time.Duration) (backends.Grant, refusal, error) {
+func (d *driver) attempt(ctx context.Context, t redisnode.Target, req backends.Request, nt time.Duration) (backends.Grant, refusal, error) {
 	r := d.round(ctx, holdRef{t, req.Token}, req, nt)
 	ok := len(r.granted) >= d.quorum
 	var fence uint64
 	if ok && req.Fence {
 		var err error
-		if fence, err = d.fence(ctx, r, req.Key, nt); err != nil {
+		if fence, err = d.fence(ctx, r, nt); err != nil {
 			d.decide(r, false)
 			d.withdrawRound(r, nt, true)
 			return backends.Grant{}, final, fmt.Errorf("%w: %w: %w", backends.ErrNotAcquired, ErrNoQuorum, err)
@@ -191,7 +191,7 @@ const seedSteps = 8
 // round sends req for ref to every node whose vote counts, in parallel, and
 // collects votes until quorum is reached or out of reach, the per-node
 // timeout passes, or ctx ends. The caller must decide the round.
-func (d *Driver) round(ctx context.Context, ref holdRef, req backends.Request, nt time.Duration) *round {
+func (d *driver) round(ctx context.Context, ref holdRef, req backends.Request, nt time.Duration) *round {
 	start := time.Now()
 	h := redisnode.Hold{Token: req.Token, Value: req.Value, TTL: req.TTL, Fence: req.Fence, SeedStep: d.maxTTL / seedSteps}
 	if ref.t.Slots == 0 {
@@ -243,7 +243,7 @@ func (d *Driver) round(ctx context.Context, ref holdRef, req backends.Request, n
 // collect gathers votes until quorum is reached or out of reach, the
 // per-node deadline passes, or ctx ends. A node that has not voted by then
 // counts as a refusal.
-func (d *Driver) collect(ctx context.Context, votes <-chan vote, deadline time.Time) (seen, granted []vote, refused *multierror.Error) {
+func (d *driver) collect(ctx context.Context, votes <-chan vote, deadline time.Time) (seen, granted []vote, refused *multierror.Error) {
 	t := time.NewTimer(time.Until(deadline))
 	defer t.Stop()
 	answered := make([]bool, len(d.nodes))
@@ -278,7 +278,7 @@ func (d *Driver) collect(ctx context.Context, votes <-chan vote, deadline time.T
 
 // landed delivers a node's vote, or, once the round has been decided,
 // withdraws a late hold that nobody will release otherwise.
-func (d *Driver) landed(r *round, v vote) {
+func (d *driver) landed(r *round, v vote) {
 	d.mu.Lock()
 	h := r.h
 	h.pending--
@@ -312,7 +312,7 @@ func (d *Driver) landed(r *round, v vote) {
 }
 
 // decide records a round's outcome for its stragglers.
-func (d *Driver) decide(r *round, ok bool) {
+func (d *driver) decide(r *round, ok bool) {
 	d.mu.Lock()
 	r.h.decided, r.h.won, r.h.keep = true, ok, ok
 	d.mu.Unlock()
@@ -324,7 +324,7 @@ func (d *Driver) decide(r *round, ok bool) {
 // may hold it (they granted it, or their outcome is unknown: a node that
 // refused outright answered that it holds nothing of this token). Nodes
 // still in flight withdraw when their reply lands (see landed).
-func (d *Driver) withdrawRound(r *round, nt time.Duration, all bool) {
+func (d *driver) withdrawRound(r *round, nt time.Duration, all bool) {
 	var mayHold uint64 // by node index
 	for _, v := range r.decided() {
 		if v.mayHold {
@@ -363,7 +363,7 @@ func (r *round) decided() []vote {
 // another waiter), in the background, so that no node keeps the lock for
 // it later; a node that refuses after the round was decided does the same
 // when its vote lands (see landed).
-func (d *Driver) leaveRefused(r *round) {
+func (d *driver) leaveRefused(r *round) {
 	if r.req.Waiter == "" {
 		return
 	}
@@ -375,7 +375,7 @@ func (d *Driver) leaveRefused(r *round) {
 }
 
 // leave takes waiter out of key's line on one node, silently.
-func (d *Driver) leave(key, waiter string, n *node) {
+func (d *driver) leave(key, waiter string, n *node) {
 	ctx, cancel := d.nodeCtx(maxNodeTimeout)
 	defer cancel()
 	ctx, call := d.tel.Start(context.Background(), ctx, n.index, telemetry.NodeWithdraw)
@@ -386,7 +386,7 @@ func (d *Driver) leave(key, waiter string, n *node) {
 var errNothingHeld = errors.New("nothing to withdraw")
 
 // withdraw undoes attempt h on t on one node, silently, within timeout.
-func (d *Driver) withdraw(t redisnode.Target, h redisnode.Hold, n *node, timeout time.Duration) {
+func (d *driver) withdraw(t redisnode.Target, h redisnode.Hold, n *node, timeout time.Duration) {
 	ctx, cancel := d.nodeCtx(timeout)
 	defer cancel()
 	ctx, call := d.tel.Start(context.Background(), ctx, n.index, telemetry.NodeWithdraw)
@@ -396,8 +396,10 @@ func (d *Driver) withdraw(t redisnode.Target, h redisnode.Hold, n *node, timeout
 // fence returns the fencing counter of a won round: the largest among its
 // voters. Unless a quorum of them drew that very counter, it is written
 // back first, so that every later quorum meets a node holding it; when
-// they did, those nodes hold it already.
-func (d *Driver) fence(ctx context.Context, r *round, key string, nt time.Duration) (uint64, error) {
+// they did, those nodes hold it already. Either way the voters' holds
+// record it (the write-back sets it in each hold it finds), so that a
+// quorum of the nodes holding the lock agree on its token (see Holder).
+func (d *driver) fence(ctx context.Context, r *round, nt time.Duration) (uint64, error) {
 	var fence uint64
 	drew := 0 // voters whose counter is fence
 	for _, v := range r.granted {
@@ -412,7 +414,7 @@ func (d *Driver) fence(ctx context.Context, r *round, key string, nt time.Durati
 		return fence, nil
 	}
 	acks, errs := d.fanOut(ctx, nt, voting, telemetry.NodeFence, func(ctx context.Context, n *node) error {
-		return n.node.RaiseFence(ctx, key, fence)
+		return n.node.RaiseFence(ctx, r.ref.t, r.ref.token, fence)
 	})
 	if acks < d.quorum {
 		return 0, fmt.Errorf("fencing token write-back acknowledged by %d of %d nodes, %d needed: %w", acks, len(d.nodes), d.quorum, errs.ErrorOrNil())
@@ -430,7 +432,7 @@ func (r *round) voters() []int {
 	return out
 }
 
-func (d *Driver) notAcquired(ctx context.Context, granted int, refused *multierror.Error) error {
+func (d *driver) notAcquired(ctx context.Context, granted int, refused *multierror.Error) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("%w: %w: %w", backends.ErrNotAcquired, err, refused.ErrorOrNil())
 	}
@@ -452,7 +454,7 @@ func (d *Driver) notAcquired(ctx context.Context, granted int, refused *multierr
 
 // finalRefusals counts the nodes in errs that refused for good
 // (redisnode.Refusal: no permission, a key of another type).
-func (d *Driver) finalRefusals(errs *multierror.Error) int {
+func (d *driver) finalRefusals(errs *multierror.Error) int {
 	n := 0
 	for _, e := range errs.WrappedErrors() {
 		if errors.Is(e, backends.ErrInvalid) {
@@ -464,7 +466,7 @@ func (d *Driver) finalRefusals(errs *multierror.Error) int {
 
 // limitQuorum returns the most common limit among the *redisnode.LimitError
 // refusals in errs when there are at least a quorum of them, else 0.
-func (d *Driver) limitQuorum(errs *multierror.Error) int {
+func (d *driver) limitQuorum(errs *multierror.Error) int {
 	limits := map[int]int{}
 	total, best := 0, 0
 	for _, e := range errs.WrappedErrors() {

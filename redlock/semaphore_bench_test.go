@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dsync-dev/dsync/backends"
+	"github.com/dsync-dev/dsync/internal/lease"
 	mix "github.com/dsync-dev/dsync/internal/testenv/interleave"
 	"github.com/dsync-dev/dsync/internal/testenv/redistest"
 	"github.com/dsync-dev/dsync/redlock"
@@ -30,7 +31,7 @@ func BenchmarkSemaphoreFillRatio(b *testing.B) {
 	waitOutQuarantine(b, servers, benchMaxTTL)
 	backend := open(b, redlockURL(servers, "max_ttl="+benchMaxTTL.String()))
 	b.Cleanup(func() { _ = backend.Close() })
-	d := backend.Driver().(*redlock.Driver)
+	d := lease.Driver(backend).(*redlock.Driver)
 	ctx := context.Background()
 	const size = 8
 	taken := []int{0, 1, size / 2, size - 1, size}

@@ -15,6 +15,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/dsync-dev/dsync/backends"
+	"github.com/dsync-dev/dsync/internal/lease"
 	"github.com/dsync-dev/dsync/internal/redisnode"
 	"github.com/dsync-dev/dsync/internal/testenv/faultproxy"
 	"github.com/dsync-dev/dsync/internal/testenv/redistest"
@@ -782,7 +783,7 @@ func TestCloseDuringCalls(t *testing.T) {
 	url := redlockURL(servers, faultQuery(""))
 	for round := range 20 {
 		b := open(t, url)
-		d := b.Driver().(*redlock.Driver)
+		d := lease.Driver(b).(*redlock.Driver)
 		stop := make(chan struct{})
 		var wg sync.WaitGroup
 		for g := range 3 {

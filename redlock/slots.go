@@ -22,7 +22,7 @@ const MaxLimit = redisnode.MaxSlots
 // of one slot need two intersecting majorities, which cannot both be
 // granted while one holds: the semaphore never admits more than req.Limit
 // holders (see docs/redlock.md).
-func (d *Driver) acquireSlots(ctx context.Context, req backends.Request, nt time.Duration) (backends.Grant, error) {
+func (d *driver) acquireSlots(ctx context.Context, req backends.Request, nt time.Duration) (backends.Grant, error) {
 	start := time.Now()
 	first := rand.IntN(req.Limit)
 	contended := true // every slot so far was held on a quorum of nodes
@@ -55,16 +55,22 @@ func (d *Driver) acquireSlots(ctx context.Context, req backends.Request, nt time
 	return backends.Grant{}, fmt.Errorf("%w: %q: none of its %d slots won (last slot: %w)", backends.ErrNotAcquired, req.Key, req.Limit, last)
 }
 
-// grant is the grant of a won round. Its fencing token is
-// fence*MaxLimit + slot: permits won at the same time on different slots
-// may draw the same counter (each takes the largest among its own voters),
-// and the slot tells them apart, while a later counter still means a
-// larger token (slot < MaxLimit).
+// grant is the grant of a won round, whose voters' largest counter is
+// fence (see fenceToken).
 func (r *round) grant(fence uint64, ttl time.Duration) backends.Grant {
-	if fence > 0 {
-		fence = fence*MaxLimit + uint64(r.ref.t.Slot)
+	return backends.Grant{Fence: fenceToken(fence, r.ref.t.Slot), TTL: ttl.Truncate(time.Millisecond)}
+}
+
+// fenceToken is the fencing token of a hold of slot (0 for a lock) whose
+// counter is c: c*MaxLimit + slot. Permits won at the same time on
+// different slots may draw the same counter (each takes the largest among
+// its own voters), and the slot tells them apart, while a later counter
+// still means a larger token (slot < MaxLimit). Zero for no counter.
+func fenceToken(c uint64, slot int) uint64 {
+	if c == 0 {
+		return 0
 	}
-	return backends.Grant{Fence: fence, TTL: ttl.Truncate(time.Millisecond)}
+	return c*MaxLimit + uint64(slot)
 }
 
 // wonHolds remembers where each hold won and not released is, by key and

@@ -9,16 +9,15 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/dsync-dev/dsync"
 	"github.com/dsync-dev/dsync/backends"
 )
 
 func init() {
-	dsync.Register(dsync.Scheme{
+	backends.Register(backends.Scheme{
 		Name:    "redlock",
 		Summary: "Redlock over N independent Redis masters: quorum N/2+1, restart quarantine, fencing tokens",
 		Example: "redlock://:password@r1:6379,r2:6379,r3:6379/0?ttl=10s",
-		Options: []dsync.OptionDoc{
+		Options: []backends.OptionDoc{
 			{Name: "addr", Default: "none", Doc: "another node, host:port (repeatable; use it for IPv6 as addr=[::1]:6379)", Repeatable: true},
 			{Name: "prefix", Default: "dsync:", Doc: "prefix of every Redis key and channel; no { or }"},
 			{Name: "node_timeout", Default: "3% of the TTL, 50ms..1s", Doc: "per-node timeout of each fan-out"},
@@ -33,14 +32,14 @@ func init() {
 }
 
 // openURL opens redlock://[user:password@]h1:p1,h2:p2[/db][?options]. The
-// host list and the addr= options are checked by dsync.HostList and
+// host list and the addr= options are checked by backends.HostList and
 // HostPort (every node needs its port), before any dial.
-func openURL(ctx context.Context, u *url.URL, t dsync.Telemetry) (backends.Driver, error) {
+func openURL(ctx context.Context, u *url.URL, t backends.Telemetry) (backends.Driver, error) {
 	q := u.Query()
 	var hosts []string
 	if u.Host != "" {
 		var err error
-		if hosts, err = dsync.HostList(u.Host, ""); err != nil {
+		if hosts, err = backends.HostList(u.Host, ""); err != nil {
 			if strings.Contains(err.Error(), "brackets") {
 				// url.Parse takes no brackets after a comma.
 				return nil, fmt.Errorf("%w (in a list, give each IPv6 node as an addr= option: redlock:///?addr=[::1]:6379&addr=[::1]:6380)", err)
@@ -49,7 +48,7 @@ func openURL(ctx context.Context, u *url.URL, t dsync.Telemetry) (backends.Drive
 		}
 	}
 	for _, a := range q["addr"] {
-		h, err := dsync.HostPort(a, "")
+		h, err := backends.HostPort(a, "")
 		if err != nil {
 			return nil, fmt.Errorf("url option \"addr\": %w", err)
 		}
@@ -58,16 +57,17 @@ func openURL(ctx context.Context, u *url.URL, t dsync.Telemetry) (backends.Drive
 	if len(hosts) == 0 {
 		return nil, backends.Invalid("url", "redlock needs at least one node: redlock://h1:6379,h2:6379,h3:6379")
 	}
-	o := Options{Logger: t.Logger, MeterProvider: t.MeterProvider}
+	var o Options
+	o.Telemetry.Logger, o.Telemetry.MeterProvider = t.Logger, t.MeterProvider
 	o.Prefix = q.Get("prefix")
 	var err error
 	if q.Has("node_timeout") {
-		if o.NodeTimeout, err = dsync.ParseDurationOption("node_timeout", q.Get("node_timeout")); err != nil {
+		if o.NodeTimeout, err = backends.ParseDurationOption("node_timeout", q.Get("node_timeout")); err != nil {
 			return nil, err
 		}
 	}
 	if q.Has("max_ttl") {
-		if o.MaxTTL, err = dsync.ParseDurationOption("max_ttl", q.Get("max_ttl")); err != nil {
+		if o.MaxTTL, err = backends.ParseDurationOption("max_ttl", q.Get("max_ttl")); err != nil {
 			return nil, err
 		}
 	}
@@ -106,5 +106,9 @@ func openURL(ctx context.Context, u *url.URL, t dsync.Telemetry) (backends.Drive
 		}
 		nodes = append(nodes, no)
 	}
-	return New(ctx, nodes, &o)
+	d, _, err := newDriver(ctx, nodes, &o, newWorkers())
+	if err != nil {
+		return nil, err
+	}
+	return d, nil
 }

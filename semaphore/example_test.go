@@ -30,7 +30,7 @@ func Example() {
 	fmt.Println(err)
 
 	_ = first.Release(ctx)
-	err = semaphore.Do(ctx, exports, func(ctx context.Context) error {
+	err = dsync.Do(ctx, exports, func(ctx context.Context) error {
 		fmt.Println("exporting; ctx is cancelled if the permit is lost")
 		return nil
 	})

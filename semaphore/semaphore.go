@@ -4,7 +4,8 @@
 // same machinery as a lock's (package locker): validity with a clock-drift
 // allowance, fencing tokens, bounded extension and auto-extension, loss
 // detection, release. A holder that crashes gives its permit back when the
-// permit's TTL runs out.
+// permit's TTL runs out. A Semaphore is a dsync.Locker: dsync.Do(ctx, sem,
+// fn) runs fn under one of its permits.
 //
 // How each backend keeps the bound (see the README's guarantees table):
 // single Redis keeps the holders in a sorted set scored by expiry on the
@@ -19,7 +20,6 @@ import (
 	"context"
 
 	"github.com/dsync-dev/dsync"
-	"github.com/dsync-dev/dsync/backends"
 	"github.com/dsync-dev/dsync/internal/lease"
 	"github.com/dsync-dev/dsync/locker"
 )
@@ -30,13 +30,18 @@ import (
 // permit. A nil *Options means defaults.
 type Options = locker.Options
 
-// Semaphore hands out permits of one name on one backend. It is safe for
-// concurrent use; every permit is independent.
+// Semaphore hands out permits of one name on one backend: each is a
+// dsync.Lease on one slot. It is safe for concurrent use; every permit is
+// independent. A Semaphore is a dsync.Locker, so dsync.Do runs a function
+// under one of its permits.
 type Semaphore struct {
 	cfg *lease.Config
 }
 
-var _ dsync.Semaphore = (*Semaphore)(nil)
+var (
+	_ dsync.Semaphore = (*Semaphore)(nil)
+	_ dsync.Locker    = (*Semaphore)(nil) // dsync.Do takes a semaphore
+)
 
 // New returns a semaphore of size permits named name on b. It makes no I/O:
 // a name that is not a valid key (see locker.New), a size <= 0 or above
@@ -68,7 +73,7 @@ func (s *Semaphore) Size() int { return s.cfg.Limit }
 // backend reports a release. Waiters of one process are served first come,
 // first served. On failure nothing is left held and the error matches
 // dsync.ErrNotAcquired, and ctx's error when ctx ended.
-func (s *Semaphore) Acquire(ctx context.Context) (dsync.Permit, error) {
+func (s *Semaphore) Acquire(ctx context.Context) (dsync.Lease, error) {
 	ls, err := s.cfg.Acquire(ctx, nil)
 	if err != nil {
 		return nil, err // not a typed nil
@@ -79,28 +84,10 @@ func (s *Semaphore) Acquire(ctx context.Context) (dsync.Permit, error) {
 // TryAcquire implements dsync.Semaphore: one attempt, bounded by ctx and
 // the backend's request timeout. When every permit is taken the error matches
 // dsync.ErrNotAcquired.
-func (s *Semaphore) TryAcquire(ctx context.Context) (dsync.Permit, error) {
+func (s *Semaphore) TryAcquire(ctx context.Context) (dsync.Lease, error) {
 	ls, err := s.cfg.TryAcquire(ctx)
 	if err != nil {
 		return nil, err
 	}
 	return ls, nil
-}
-
-// Do acquires a permit of s (blocking), runs fn while auto-extending it, and
-// releases it when fn returns, with the same contract as dsync.Do: fn's
-// context is cancelled the moment the permit is lost, and Do then returns
-// an error matching dsync.ErrLeaseLost.
-func Do(ctx context.Context, s dsync.Semaphore, fn func(ctx context.Context) error) error {
-	if s == nil {
-		return backends.Invalid("semaphore", "nil")
-	}
-	if fn == nil {
-		return backends.Invalid("fn", "nil")
-	}
-	p, err := s.Acquire(ctx)
-	if err != nil {
-		return err
-	}
-	return dsync.RunLeased(ctx, p, fn)
 }

@@ -17,7 +17,7 @@ import (
 func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }
 
 // locksOnly is a driver that offers no semaphores.
-type locksOnly struct{ *memory.Driver }
+type locksOnly struct{ backends.Driver }
 
 func (d locksOnly) Capabilities() backends.Capabilities {
 	c := d.Driver.Capabilities()
@@ -26,7 +26,7 @@ func (d locksOnly) Capabilities() backends.Capabilities {
 }
 
 func TestNewRejectsBadInput(t *testing.T) {
-	b := testutil.NewBackend(t, memory.New(nil))
+	b := testutil.Memory(t, nil)
 	for _, tc := range []struct {
 		name  string
 		b     *dsync.Backend
@@ -50,23 +50,23 @@ func TestNewRejectsBadInput(t *testing.T) {
 			}
 		})
 	}
-	_, err := semaphore.New(testutil.NewBackend(t, locksOnly{memory.New(nil)}), "s", 2, nil)
+	_, err := semaphore.New(testutil.NewBackend(t, locksOnly{testutil.MemoryDriver(t, nil)}), "s", 2, nil)
 	if !errors.Is(err, dsync.ErrUnsupported) {
 		t.Fatalf("New on a lock-only backend: %v, want ErrUnsupported", err)
 	}
-	if _, err := semaphore.New(testutil.NewBackend(t, locksOnly{memory.New(nil)}), "s", 1, nil); err != nil {
+	if _, err := semaphore.New(testutil.NewBackend(t, locksOnly{testutil.MemoryDriver(t, nil)}), "s", 1, nil); err != nil {
 		t.Fatalf("New of size 1 on a lock-only backend: %v", err)
 	}
 }
 
 func TestFullSemaphoreSaysSo(t *testing.T) {
 	ctx := context.Background()
-	sem, err := semaphore.New(testutil.NewBackend(t, memory.New(nil)), "exports", 2, nil)
+	sem, err := semaphore.New(testutil.Memory(t, nil), "exports", 2, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := testutil.MustPermit(t, ctx, sem)
-	b := testutil.MustPermit(t, ctx, sem)
+	a := testutil.MustAcquire(t, ctx, sem)
+	b := testutil.MustAcquire(t, ctx, sem)
 	defer a.Release(ctx)
 	defer b.Release(ctx)
 	_, err = sem.TryAcquire(ctx)
@@ -82,14 +82,14 @@ func TestFullSemaphoreSaysSo(t *testing.T) {
 }
 
 func TestDoRejectsNil(t *testing.T) {
-	sem, err := semaphore.New(testutil.NewBackend(t, memory.New(nil)), "s", 2, nil)
+	sem, err := semaphore.New(testutil.Memory(t, nil), "s", 2, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := semaphore.Do(context.Background(), nil, func(context.Context) error { return nil }); !errors.Is(err, dsync.ErrInvalid) {
+	if err := dsync.Do(context.Background(), nil, func(context.Context) error { return nil }); !errors.Is(err, dsync.ErrInvalid) {
 		t.Errorf("Do with a nil semaphore: %v", err)
 	}
-	if err := semaphore.Do(context.Background(), sem, nil); !errors.Is(err, dsync.ErrInvalid) {
+	if err := dsync.Do(context.Background(), sem, nil); !errors.Is(err, dsync.ErrInvalid) {
 		t.Errorf("Do with a nil function: %v", err)
 	}
 }
@@ -98,12 +98,12 @@ func TestDoRejectsNil(t *testing.T) {
 func TestDoCancelsOnLoss(t *testing.T) {
 	ctx := context.Background()
 	store := memory.NewStore(nil)
-	d := memory.New(&memory.Options{Store: store})
+	d := testutil.MemoryDriver(t, &memory.Options{Store: store})
 	sem, err := semaphore.New(testutil.NewBackend(t, d), "s", 2, &semaphore.Options{TTL: 300 * time.Millisecond, MaxExtensions: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = semaphore.Do(ctx, sem, func(ctx context.Context) error {
+	err = dsync.Do(ctx, sem, func(ctx context.Context) error {
 		<-ctx.Done() // after one extension the permit runs out
 		return nil
 	})

@@ -10,6 +10,7 @@ import (
 
 	"github.com/dsync-dev/dsync"
 	"github.com/dsync-dev/dsync/backends"
+	"github.com/dsync-dev/dsync/internal/lease"
 	"github.com/dsync-dev/dsync/internal/testenv/testutil"
 	"github.com/dsync-dev/dsync/leader"
 	"github.com/dsync-dev/dsync/locker"
@@ -87,7 +88,7 @@ func pad(key string, n int) string { return key + strings.Repeat("n", n-len(key)
 // the hold a row leaves on purpose.
 func (s *suite) leaveHold(t *testing.T, r *rowEnv, key, token string) {
 	r.after = append(r.after, func() {
-		if err := s.backend(t).Driver().Release(r.ctx, key, token); err != nil {
+		if err := lease.Driver(s.backend(t)).Release(r.ctx, key, token); err != nil {
 			t.Errorf("releasing the hold the row left: %v", err)
 		}
 	})
@@ -104,7 +105,7 @@ func (s *suite) testBadInput(t *testing.T) {
 func (s *suite) runBadRow(t *testing.T, row badRow) {
 	ctx := testutil.Context(t)
 	b, sp := s.spyOn(t)
-	r := &rowEnv{ctx: ctx, b: b, spy: sp, key: testutil.UniqueKey(t), caps: b.Driver().Capabilities()}
+	r := &rowEnv{ctx: ctx, b: b, spy: sp, key: testutil.UniqueKey(t), caps: lease.Driver(b).Capabilities()}
 	call := row.prepare(t, r)
 	calls := sp.calls.Load()
 	start := time.Now()
@@ -150,7 +151,7 @@ func (s *suite) runBadRow(t *testing.T, row badRow) {
 
 // badRows builds the table for b's capabilities.
 func (s *suite) badRows(b *dsync.Backend) []badRow {
-	caps := b.Driver().Capabilities()
+	caps := lease.Driver(b).Capabilities()
 	inv := []error{dsync.ErrInvalid}
 	notAcq := func(cause error) []error { return []error{dsync.ErrNotAcquired, cause} }
 	tooLong := strings.Repeat("n", backends.MaxKeySize+1)
@@ -280,7 +281,7 @@ func (s *suite) cycle(t *testing.T, r *rowEnv, opts *locker.Options, value strin
 // capabilities say: raised to MinTTL, within one TTLResolution of the
 // request.
 func (s *suite) ttlRows(b *dsync.Backend) []badRow {
-	d := b.Driver()
+	d := lease.Driver(b)
 	caps := d.Capabilities()
 	res := max(caps.TTLResolution, time.Nanosecond)
 	base := max(s.h.ShortTTL, caps.MinTTL).Truncate(res)
@@ -404,8 +405,8 @@ func (s *suite) electionRows() []badRow {
 			if err != nil {
 				return err
 			}
-			if got, err := e.Leader(r.ctx); err != nil || got != id {
-				t.Errorf("Leader: %d bytes, %v; want the %d bytes of the candidate ID", len(got), err, len(id))
+			if got, err := e.Leader(r.ctx); err != nil || got.ID != id || got.Term != l.Term() {
+				t.Errorf("Leader: %d bytes in term %d, %v; want the %d bytes of the candidate ID in term %d", len(got.ID), got.Term, err, len(id), l.Term())
 			}
 			return l.Resign(r.ctx)
 		}
@@ -541,7 +542,7 @@ func (s *suite) silentRows() []badRow {
 // I/O, with the same errors on every backend (backends.CheckRequest).
 func (s *suite) testDriverBadInput(t *testing.T) {
 	ctx := testutil.Context(t)
-	d := s.backend(t).Driver()
+	d := lease.Driver(s.backend(t))
 	caps := d.Capabilities()
 	ttl := s.driverTTL(d)
 	overLimit := error(dsync.ErrInvalid)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/dsync-dev/dsync"
 	"github.com/dsync-dev/dsync/backends"
+	"github.com/dsync-dev/dsync/internal/lease"
 	"github.com/dsync-dev/dsync/internal/testenv/testutil"
 	"github.com/dsync-dev/dsync/leader"
 )
@@ -58,11 +59,11 @@ func newElection(t testing.TB, b *dsync.Backend, name, id string, opts *leader.O
 // leadership on the backend.
 func holdToken(t testing.TB, l any) string {
 	t.Helper()
-	h, ok := l.(interface{ HoldToken() string })
+	tok, ok := lease.HoldToken(l)
 	if !ok {
-		t.Fatalf("%T has no HoldToken", l)
+		t.Fatalf("%T has no hold token", l)
 	}
-	return h.HoldToken()
+	return tok
 }
 
 // electionTTL is a TTL that does not run out while a leader renews it,
@@ -75,7 +76,7 @@ func (s *suite) electionTTL() time.Duration { return 5 * s.h.ShortTTL }
 func (s *suite) testElectOneLeader(t *testing.T) {
 	ctx := testutil.Context(t)
 	name := testutil.UniqueKey(t)
-	fencing := s.backend(t).Driver().Capabilities().Fencing
+	fencing := lease.Driver(s.backend(t)).Capabilities().Fencing
 	const clients, perClient, terms = 3, 2, 15
 	var (
 		mu         sync.Mutex // protects the fields below
@@ -154,8 +155,8 @@ func (s *suite) testElectResign(t *testing.T) {
 	ctx := testutil.Context(t)
 	name := testutil.UniqueKey(t)
 	b := s.backend(t)
-	if !b.Driver().Capabilities().ReleaseNotices {
-		t.Skipf("the %s driver offers no release notices", b.Driver().Capabilities().Name)
+	if !lease.Driver(b).Capabilities().ReleaseNotices {
+		t.Skipf("the %s driver offers no release notices", lease.Driver(b).Capabilities().Name)
 	}
 	ttl := s.electionTTL()
 	la, err := newElection(t, s.backend(t), name, "a", &leader.Options{TTL: ttl}).Campaign(ctx)
@@ -178,11 +179,11 @@ func (s *suite) testElectResign(t *testing.T) {
 	select {
 	case lb := <-got:
 		t.Logf("follower led %v after the resignation", time.Since(resigned))
-		if f := s.backend(t).Driver().Capabilities().Fencing; f && lb.Term() <= la.Term() {
+		if f := lease.Driver(s.backend(t)).Capabilities().Fencing; f && lb.Term() <= la.Term() {
 			t.Errorf("term %d after term %d", lb.Term(), la.Term())
 		}
-		if id, err := follower.Leader(ctx); err != nil || id != "b" {
-			t.Errorf("Leader = %q, %v; want b", id, err)
+		if info, err := follower.Leader(ctx); err != nil || info != (dsync.LeaderInfo{ID: "b", Term: lb.Term()}) {
+			t.Errorf("Leader = %+v, %v; want b in term %d", info, err, lb.Term())
 		}
 		if err := lb.Resign(ctx); err != nil {
 			t.Errorf("Resign: %v", err)
@@ -213,7 +214,7 @@ func (s *suite) testElectDuplicate(t *testing.T) {
 	}
 
 	// Another process of the same ID: a hold with our ID, renewed.
-	d := s.backend(t).Driver()
+	d := lease.Driver(s.backend(t))
 	g, err := d.Acquire(ctx, backends.Request{Key: name, Token: "twin", Value: []byte("a"), TTL: ttl, Fence: true})
 	if err != nil {
 		t.Fatal(err)

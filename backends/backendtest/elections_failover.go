@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dsync-dev/dsync"
+	"github.com/dsync-dev/dsync/internal/lease"
 	"github.com/dsync-dev/dsync/internal/testenv/proc"
 	"github.com/dsync-dev/dsync/internal/testenv/testutil"
 	"github.com/dsync-dev/dsync/leader"
@@ -197,7 +198,7 @@ func (s *suite) testElectKilledLeader(t *testing.T) {
 	// late on a loaded machine: a leader whose validity ran out stops when
 	// it next runs, and its term ended on the server before that, as the
 	// new grant shows.
-	fencing := s.backend(t).Driver().Capabilities().Fencing
+	fencing := lease.Driver(s.backend(t)).Capabilities().Fencing
 	leading := map[int]uint64{}    // worker -> term, while it leads
 	superseded := map[int]uint64{} // worker -> term of the leader that began after it, until it stops
 	var maxTerm uint64
@@ -250,7 +251,7 @@ func (s *suite) testElectPausedLeader(t *testing.T) {
 	ev = f.until(t, "leading", nil, 3*ttl+10*time.Second)
 	term2 := termOf(ev)
 	t.Logf("the other candidate led %v after the leader was paused (ttl %v)", (ev.At - stoppedAt).Round(time.Millisecond), ttl)
-	fencing := s.backend(t).Driver().Capabilities().Fencing
+	fencing := lease.Driver(s.backend(t)).Capabilities().Fencing
 	if fencing && term2 <= term1 {
 		t.Fatalf("term %d after the paused leader's term %d", term2, term1)
 	}

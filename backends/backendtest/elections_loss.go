@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dsync-dev/dsync"
+	"github.com/dsync-dev/dsync/internal/lease"
 	"github.com/dsync-dev/dsync/internal/testenv/testutil"
 	"github.com/dsync-dev/dsync/leader"
 )
@@ -97,7 +98,7 @@ func (s *suite) testElectLostHold(t *testing.T) {
 		}, log.options())
 	}()
 	l1 := <-e.won
-	if err := s.backend(t).Driver().Release(ctx, name, holdToken(t, l1)); err != nil {
+	if err := lease.Driver(s.backend(t)).Release(ctx, name, holdToken(t, l1)); err != nil {
 		t.Fatalf("releasing the leader's hold through the driver: %v", err)
 	}
 	removed := time.Now()
@@ -118,7 +119,7 @@ func (s *suite) testElectLostHold(t *testing.T) {
 	}
 	select {
 	case l2 := <-e.won: // Run campaigned again
-		if f := s.backend(t).Driver().Capabilities().Fencing; f && l2.Term() <= l1.Term() {
+		if f := lease.Driver(s.backend(t)).Capabilities().Fencing; f && l2.Term() <= l1.Term() {
 			t.Errorf("term %d after the lost term %d", l2.Term(), l1.Term())
 		}
 	case <-time.After(10 * time.Second):
@@ -168,7 +169,7 @@ func (s *suite) testElectCutOff(t *testing.T) {
 		if led.Before(lostAt) {
 			t.Errorf("follower led %v before the cut-off leader knew it had lost", lostAt.Sub(led))
 		}
-		if f := s.backend(t).Driver().Capabilities().Fencing; f && lb.Term() <= la.Term() {
+		if f := lease.Driver(s.backend(t)).Capabilities().Fencing; f && lb.Term() <= la.Term() {
 			t.Errorf("term %d after term %d", lb.Term(), la.Term())
 		}
 		t.Logf("cut-off leader knew of its loss %v after the cut, the follower led %v after the cut (ttl %v, retry period %v)",

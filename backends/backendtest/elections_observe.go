@@ -9,12 +9,15 @@ import (
 	"time"
 
 	"github.com/dsync-dev/dsync"
+	"github.com/dsync-dev/dsync/internal/lease"
 	"github.com/dsync-dev/dsync/internal/testenv/testutil"
 	"github.com/dsync-dev/dsync/leader"
 )
 
-// testElectObserve: Leader and Observe report the leader, and the lack of
-// one, as terms come and go, to an observer without a candidate ID.
+// testElectObserve: Leader and Observe report the leader and its term
+// (the leader's Leadership.Term: its fencing token, zero without fencing),
+// and the lack of a leader, as terms come and go, to an observer without a
+// candidate ID.
 func (s *suite) testElectObserve(t *testing.T) {
 	ctx := testutil.Context(t)
 	name := testutil.UniqueKey(t)
@@ -22,6 +25,17 @@ func (s *suite) testElectObserve(t *testing.T) {
 	obs, err := leader.NewObserver(s.backend(t), name, opts)
 	if err != nil {
 		t.Fatal(err)
+	}
+	fencing := lease.Driver(s.backend(t)).Capabilities().Fencing
+	// want is what Leader and Observe must report while l leads as id.
+	want := func(id string, l dsync.Leadership) dsync.LeaderInfo {
+		if !fencing && l.Term() != 0 {
+			t.Errorf("term %d on a backend without fencing, want 0", l.Term())
+		}
+		if fencing && l.Term() == 0 {
+			t.Errorf("term 0 on a backend with fencing")
+		}
+		return dsync.LeaderInfo{ID: id, Term: l.Term()}
 	}
 	if _, err := obs.Leader(ctx); !errors.Is(err, dsync.ErrNoLeader) {
 		t.Fatalf("Leader of an empty election: %v, want ErrNoLeader", err)
@@ -33,31 +47,32 @@ func (s *suite) testElectObserve(t *testing.T) {
 		for range ch { // the stream ends with ctx
 		}
 	}()
-	next := func() string {
+	next := func() dsync.LeaderInfo {
 		t.Helper()
 		select {
 		case info, ok := <-ch:
 			if !ok {
 				t.Fatal("Observe's channel closed early")
 			}
-			return info.ID
+			return info
 		case <-time.After(10 * time.Second):
 			t.Fatal("Observe reported no change within 10s")
-			return ""
+			return dsync.LeaderInfo{}
 		}
 	}
-	if id := next(); id != "" {
-		t.Fatalf("first state %q, want no leader", id)
+	if info := next(); info != (dsync.LeaderInfo{}) {
+		t.Fatalf("first state %+v, want no leader", info)
 	}
 	la, err := newElection(t, s.backend(t), name, "a", opts).Campaign(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if id := next(); id != "a" {
-		t.Fatalf("Observe sent %q, want a", id)
+	wantA := want("a", la)
+	if info := next(); info != wantA {
+		t.Fatalf("Observe sent %+v, want %+v (a's term)", info, wantA)
 	}
-	if id, err := obs.Leader(ctx); err != nil || id != "a" {
-		t.Fatalf("Leader = %q, %v; want a", id, err)
+	if info, err := obs.Leader(ctx); err != nil || info != wantA {
+		t.Fatalf("Leader = %+v, %v; want %+v (a's term)", info, err, wantA)
 	}
 	got := make(chan dsync.Leadership, 1)
 	go func() {
@@ -70,22 +85,22 @@ func (s *suite) testElectObserve(t *testing.T) {
 	if err := la.Resign(ctx); err != nil {
 		t.Fatal(err)
 	}
-	id := next()
-	if id == "" {
-		id = next()
-	}
-	if id != "b" {
-		t.Fatalf("Observe sent %q after a resigned, want b (or no leader, then b)", id)
+	info := next()
+	if info.ID == "" {
+		info = next()
 	}
 	lb := <-got
 	if lb == nil {
 		return
 	}
+	if wantB := want("b", lb); info != wantB {
+		t.Fatalf("Observe sent %+v after a resigned, want %+v, b's term (or no leader, then that)", info, wantB)
+	}
 	if err := lb.Resign(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if id := next(); id != "" {
-		t.Fatalf("Observe sent %q after b resigned, want no leader", id)
+	if info := next(); info != (dsync.LeaderInfo{}) {
+		t.Fatalf("Observe sent %+v after b resigned, want no leader", info)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/dsync-dev/dsync"
 	"github.com/dsync-dev/dsync/backends"
+	"github.com/dsync-dev/dsync/internal/lease"
 	"github.com/dsync-dev/dsync/internal/testenv/testutil"
 	"github.com/dsync-dev/dsync/locker"
 	"github.com/dsync-dev/dsync/retry"
@@ -63,7 +64,7 @@ func (s *suite) testOnlyOwner(t *testing.T) {
 	key := testutil.UniqueKey(t)
 	l := newLocker(t, b, key, &locker.Options{Value: []byte("owner")})
 	ls := testutil.MustAcquire(t, ctx, l)
-	d := s.backend(t).Driver()
+	d := lease.Driver(s.backend(t))
 	if err := d.Refresh(ctx, key, "not-the-token", s.h.ShortTTL); !errors.Is(err, dsync.ErrNotHeld) {
 		t.Errorf("Refresh with another token: %v, want ErrNotHeld", err)
 	}
@@ -197,7 +198,7 @@ func (s *suite) testReleaseAfterExpiry(t *testing.T) {
 	}
 	// The local validity ends before the server's TTL; wait until the
 	// server has let the hold go too.
-	d := s.backend(t).Driver()
+	d := lease.Driver(s.backend(t))
 	testutil.Eventually(t, 10*s.h.ShortTTL, "hold expired on the server", func() bool {
 		_, err := d.Holder(ctx, ls.Key())
 		return errors.Is(err, dsync.ErrNotHeld)
@@ -214,7 +215,7 @@ func (s *suite) testFencesIncrease(t *testing.T) {
 	ctx := testutil.Context(t)
 	key := testutil.UniqueKey(t)
 	lockers := []*locker.Locker{newLocker(t, s.backend(t), key, nil), newLocker(t, s.backend(t), key, nil)}
-	fencing := s.backend(t).Driver().Capabilities().Fencing
+	fencing := lease.Driver(s.backend(t)).Capabilities().Fencing
 	var last uint64
 	for i := range 20 {
 		ls := testutil.MustAcquire(t, ctx, lockers[i%2])
@@ -388,8 +389,8 @@ func (s *suite) testWake(t *testing.T) {
 	ctx := testutil.Context(t)
 	key := testutil.UniqueKey(t)
 	b := s.backend(t)
-	if !b.Driver().Capabilities().ReleaseNotices {
-		t.Skipf("the %s driver offers no release wake-ups", b.Driver().Capabilities().Name)
+	if !lease.Driver(b).Capabilities().ReleaseNotices {
+		t.Skipf("the %s driver offers no release wake-ups", lease.Driver(b).Capabilities().Name)
 	}
 	holder := testutil.MustAcquire(t, ctx, newLocker(t, s.backend(t), key, nil))
 	const retryDelay = 30 * time.Second
@@ -433,7 +434,7 @@ func (s *suite) driverTTL(d backends.Driver) time.Duration {
 // the bare ErrNotAcquired, as the SPI says, and leaves nothing behind.
 func (s *suite) testPlainContention(t *testing.T) {
 	ctx := testutil.Context(t)
-	d := s.backend(t).Driver()
+	d := lease.Driver(s.backend(t))
 	req := backends.Request{Key: testutil.UniqueKey(t), Token: "holder", TTL: s.driverTTL(d), Fence: true}
 	if _, err := d.Acquire(ctx, req); err != nil {
 		t.Fatalf("Acquire on a free key: %v", err)

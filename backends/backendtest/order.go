@@ -10,6 +10,7 @@ import (
 
 	"github.com/dsync-dev/dsync"
 	"github.com/dsync-dev/dsync/backends"
+	"github.com/dsync-dev/dsync/internal/lease"
 	"github.com/dsync-dev/dsync/internal/testenv/testutil"
 	"github.com/dsync-dev/dsync/locker"
 )
@@ -26,10 +27,10 @@ import (
 // fails only if none comes out in order. With five waiters a driver that
 // ignored the order would pass one trial by chance once in 120.
 func (s *suite) testServedInOrder(t *testing.T) {
-	if caps := s.backend(t).Driver().Capabilities(); caps.Order == backends.NoOrder {
+	if caps := lease.Driver(s.backend(t)).Capabilities(); caps.Order == backends.NoOrder {
 		t.Skipf("the %s driver does not serve waiters in order", caps.Name)
 	}
-	if !s.backend(t).Driver().Capabilities().ReleaseNotices {
+	if !lease.Driver(s.backend(t)).Capabilities().ReleaseNotices {
 		t.Skip("waiters that wake only on their timers cannot be ordered by a release")
 	}
 	const orderTrials = 3
@@ -120,13 +121,13 @@ func (s *suite) orderTrial(t *testing.T) ([]int, error) {
 // longer than the window). Either way the heir's own attempt then takes
 // it.
 func (s *suite) testHandOver(t *testing.T) {
-	order := s.backend(t).Driver().Capabilities().Order
+	order := lease.Driver(s.backend(t)).Capabilities().Order
 	if order == backends.NoOrder {
 		t.Skip("the driver keeps no line")
 	}
 	ctx := testutil.Context(t)
 	key := testutil.UniqueKey(t)
-	holder, heir, other := s.backend(t).Driver(), s.backend(t).Driver(), s.backend(t).Driver()
+	holder, heir, other := lease.Driver(s.backend(t)), lease.Driver(s.backend(t)), lease.Driver(s.backend(t))
 	ttl := max(4*s.h.ShortTTL, 10*time.Second)
 	req := func(token, waiter string) backends.Request {
 		return backends.Request{Key: key, Token: token, TTL: ttl, Waiter: waiter}

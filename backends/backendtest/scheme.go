@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dsync-dev/dsync"
+	"github.com/dsync-dev/dsync/backends"
 )
 
 // CheckScheme fails t unless the URL scheme name is registered, every one
@@ -16,7 +17,7 @@ import (
 // checks of the caller's own.
 func CheckScheme(t testing.TB, name string, required ...string) map[string]bool {
 	t.Helper()
-	for _, s := range dsync.Schemes() {
+	for _, s := range backends.Schemes() {
 		if s.Name != name {
 			continue
 		}

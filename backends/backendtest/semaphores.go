@@ -14,6 +14,7 @@ import (
 
 	"github.com/dsync-dev/dsync"
 	"github.com/dsync-dev/dsync/backends"
+	"github.com/dsync-dev/dsync/internal/lease"
 	"github.com/dsync-dev/dsync/internal/testenv/proc"
 	"github.com/dsync-dev/dsync/internal/testenv/testutil"
 	"github.com/dsync-dev/dsync/semaphore"
@@ -22,7 +23,7 @@ import (
 // runSemaphores runs the semaphore checks (the bad-input table has the
 // semaphores' rows).
 func (s *suite) runSemaphores(t *testing.T) {
-	if caps := s.backend(t).Driver().Capabilities(); caps.MaxLimit < 2 {
+	if caps := lease.Driver(s.backend(t)).Capabilities(); caps.MaxLimit < 2 {
 		t.Skipf("the %s driver offers locks only (MaxLimit %d)", caps.Name, caps.MaxLimit)
 	}
 	runChecks(t, []check{
@@ -65,7 +66,7 @@ func wantFull(t testing.TB, ctx context.Context, sem dsync.Semaphore) {
 // nothing behind.
 func (s *suite) testSemPlainContention(t *testing.T) {
 	ctx := testutil.Context(t)
-	d := s.backend(t).Driver()
+	d := lease.Driver(s.backend(t))
 	req := backends.Request{Key: testutil.UniqueKey(t), TTL: s.driverTTL(d), Limit: 2}
 	for _, tok := range []string{"holder-1", "holder-2"} {
 		req.Token = tok
@@ -94,10 +95,10 @@ func (s *suite) testSemAdmitsSize(t *testing.T) {
 	for range size + 1 {
 		sems = append(sems, newSemaphore(t, s.backend(t), name, size, nil))
 	}
-	var permits []dsync.Permit
+	var permits []dsync.Lease
 	var last uint64
 	for i := range size {
-		p := testutil.MustPermit(t, ctx, sems[i])
+		p := testutil.MustAcquire(t, ctx, sems[i])
 		if tok := p.Token(); tok != 0 {
 			if tok <= last {
 				t.Fatalf("permit %d: token %d not above %d", i, tok, last)
@@ -110,12 +111,12 @@ func (s *suite) testSemAdmitsSize(t *testing.T) {
 	if err := permits[1].Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	p := testutil.MustPermit(t, ctx, sems[size])
+	p := testutil.MustAcquire(t, ctx, sems[size])
 	if tok := p.Token(); tok != 0 && tok <= last {
 		t.Fatalf("permit after a release: token %d not above %d", tok, last)
 	}
 	wantFull(t, ctx, sems[1])
-	for _, q := range []dsync.Permit{permits[0], permits[2], p} {
+	for _, q := range []dsync.Lease{permits[0], permits[2], p} {
 		if err := q.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -124,7 +125,7 @@ func (s *suite) testSemAdmitsSize(t *testing.T) {
 		t.Fatalf("second release of a permit: %v, want ErrNotHeld", err)
 	}
 	for i := range size {
-		permits[i] = testutil.MustPermit(t, ctx, sems[i])
+		permits[i] = testutil.MustAcquire(t, ctx, sems[i])
 	}
 	for _, q := range permits {
 		_ = q.Release(ctx)
@@ -138,10 +139,10 @@ func (s *suite) testSemExpiryFrees(t *testing.T) {
 	name := testutil.UniqueKey(t)
 	ttl := s.h.ShortTTL
 	sem := newSemaphore(t, s.backend(t), name, 2, &semaphore.Options{TTL: ttl})
-	a, b := testutil.MustPermit(t, ctx, sem), testutil.MustPermit(t, ctx, sem)
+	a, b := testutil.MustAcquire(t, ctx, sem), testutil.MustAcquire(t, ctx, sem)
 	other := newSemaphore(t, s.backend(t), name, 2, &semaphore.Options{TTL: ttl})
 	wantFull(t, ctx, other)
-	for _, p := range []dsync.Permit{a, b} {
+	for _, p := range []dsync.Lease{a, b} {
 		select {
 		case <-p.Done():
 			if !errors.Is(p.Err(), dsync.ErrLeaseLost) {
@@ -151,7 +152,7 @@ func (s *suite) testSemExpiryFrees(t *testing.T) {
 			t.Fatal("permit not reported lost after its TTL")
 		}
 	}
-	var p dsync.Permit
+	var p dsync.Lease
 	testutil.Eventually(t, 3*ttl+10*time.Second, "a permit after the others expired", func() bool {
 		var err error
 		p, err = other.TryAcquire(ctx)
@@ -168,7 +169,7 @@ func (s *suite) testSemSizeMismatch(t *testing.T) {
 	name := testutil.UniqueKey(t)
 	three := newSemaphore(t, s.backend(t), name, 3, nil)
 	two := newSemaphore(t, s.backend(t), name, 2, nil)
-	p := testutil.MustPermit(t, ctx, three)
+	p := testutil.MustAcquire(t, ctx, three)
 	_, err := two.Acquire(ctx) // blocking: must not wait out ctx
 	var inv *dsync.InvalidError
 	if !errors.As(err, &inv) || inv.Field != "size" {
@@ -180,7 +181,7 @@ func (s *suite) testSemSizeMismatch(t *testing.T) {
 	if err := p.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	q := testutil.MustPermit(t, ctx, two)
+	q := testutil.MustAcquire(t, ctx, two)
 	if _, err := three.TryAcquire(ctx); !errors.As(err, &inv) {
 		t.Fatalf("TryAcquire with size 3 while size 2 is held: %v, want an InvalidError", err)
 	}
@@ -191,11 +192,11 @@ func (s *suite) testSemWake(t *testing.T) {
 	ctx := testutil.Context(t)
 	name := testutil.UniqueKey(t)
 	b := s.backend(t)
-	if !b.Driver().Capabilities().ReleaseNotices {
-		t.Skipf("the %s driver offers no release wake-ups", b.Driver().Capabilities().Name)
+	if !lease.Driver(b).Capabilities().ReleaseNotices {
+		t.Skipf("the %s driver offers no release wake-ups", lease.Driver(b).Capabilities().Name)
 	}
 	full := newSemaphore(t, s.backend(t), name, 2, nil)
-	held := []dsync.Permit{testutil.MustPermit(t, ctx, full), testutil.MustPermit(t, ctx, full)}
+	held := []dsync.Lease{testutil.MustAcquire(t, ctx, full), testutil.MustAcquire(t, ctx, full)}
 	const retryDelay = 30 * time.Second
 	p := &signalPolicy{delay: retryDelay, waiting: make(chan struct{}, 1)}
 	waiter := newSemaphore(t, b, name, 2, &semaphore.Options{Retry: p})
@@ -230,7 +231,7 @@ func (s *suite) testSemCancel(t *testing.T) {
 	ctx := testutil.Context(t)
 	name := testutil.UniqueKey(t)
 	sem := newSemaphore(t, s.backend(t), name, 2, nil)
-	held := []dsync.Permit{testutil.MustPermit(t, ctx, sem), testutil.MustPermit(t, ctx, sem)}
+	held := []dsync.Lease{testutil.MustAcquire(t, ctx, sem), testutil.MustAcquire(t, ctx, sem)}
 	wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	_, err := newSemaphore(t, s.backend(t), name, 2, nil).Acquire(wctx)
 	cancel()
@@ -240,7 +241,7 @@ func (s *suite) testSemCancel(t *testing.T) {
 	if err := held[0].Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	p := testutil.MustPermit(t, ctx, sem)
+	p := testutil.MustAcquire(t, ctx, sem)
 	wantFull(t, ctx, sem)
 	_ = p.Release(ctx)
 	_ = held[1].Release(ctx)
@@ -252,7 +253,7 @@ func (s *suite) testSemDo(t *testing.T) {
 	sem := newSemaphore(t, s.backend(t), name, 1, nil)
 	other := newSemaphore(t, s.backend(t), name, 1, nil)
 	ran := false
-	err := semaphore.Do(ctx, sem, func(ctx context.Context) error {
+	err := dsync.Do(ctx, sem, func(ctx context.Context) error {
 		ran = true
 		wantFull(t, ctx, other)
 		return nil
@@ -260,7 +261,7 @@ func (s *suite) testSemDo(t *testing.T) {
 	if err != nil || !ran {
 		t.Fatalf("Do: ran %v, err %v", ran, err)
 	}
-	p := testutil.MustPermit(t, ctx, other) // Do released its permit
+	p := testutil.MustAcquire(t, ctx, other) // Do released its permit
 	_ = p.Release(ctx)
 }
 
@@ -402,7 +403,7 @@ func (s *suite) testSemKilledHolder(t *testing.T) {
 	wantFull(t, ctx, sem)
 	doomed.Kill(t)
 	killed := time.Now()
-	var p dsync.Permit
+	var p dsync.Lease
 	testutil.Eventually(t, 3*ttl+10*time.Second, "the killed holder's permit back", func() bool {
 		var err error
 		p, err = sem.TryAcquire(ctx)

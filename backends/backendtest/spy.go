@@ -10,6 +10,7 @@ import (
 
 	"github.com/dsync-dev/dsync"
 	"github.com/dsync-dev/dsync/backends"
+	"github.com/dsync-dev/dsync/internal/lease"
 )
 
 // spyDriver wraps a backend's driver. It counts the calls that may make
@@ -40,7 +41,7 @@ var errCut = errors.New("backendtest: cut off from the server")
 func (s *suite) spyOn(t testing.TB) (*dsync.Backend, *spyDriver) {
 	t.Helper()
 	inner := s.backend(t)
-	sp := &spyDriver{Driver: inner.Driver()}
+	sp := &spyDriver{Driver: lease.Driver(inner)}
 	b, err := dsync.NewBackend(sp, &dsync.BackendOptions{Name: inner.String(), Defaults: inner.Defaults()})
 	if err != nil {
 		t.Fatal(err)

@@ -51,7 +51,7 @@ type attempt struct {
 // rounded up to whole seconds and raised to the cluster's minimum. Any
 // other error leaves the outcome unknown, as the SPI says; a Release of
 // req.Key and req.Token removes whatever the attempt left.
-func (d *Driver) Acquire(ctx context.Context, req backends.Request) (backends.Grant, error) {
+func (d *driver) Acquire(ctx context.Context, req backends.Request) (backends.Grant, error) {
 	if d.closed.Load() {
 		return backends.Grant{}, backends.ErrClosed
 	}
@@ -106,7 +106,7 @@ var errIdleExpired = errors.New("etcd: idle lease expired")
 // seconds, or, when ttl is 0, taken from the pool and renewed in parallel
 // with the transaction: either way the lease lives a full TTL from the
 // call's start.
-func (d *Driver) acquireOn(ctx context.Context, a attempt, id clientv3.LeaseID, ttl int64) (backends.Grant, error) {
+func (d *driver) acquireOn(ctx context.Context, a attempt, id clientv3.LeaseID, ttl int64) (backends.Grant, error) {
 	a.lease = id
 	if a.limit == 1 {
 		a.hk, a.val = a.lk, encodeValue(a.req.Token, a.req.Value)
@@ -153,7 +153,7 @@ func (d *Driver) acquireOn(ctx context.Context, a attempt, id clientv3.LeaseID, 
 }
 
 // txnAcquire is the acquisition's transaction.
-func (d *Driver) txnAcquire(ctx context.Context, a attempt) (*clientv3.TxnResponse, error) {
+func (d *driver) txnAcquire(ctx context.Context, a attempt) (*clientv3.TxnResponse, error) {
 	txn := d.client.Txn(ctx)
 	switch {
 	case a.limit == 1 && a.wk == "": // a lone attempt: only if nobody waits
@@ -207,7 +207,7 @@ func (d *Driver) txnAcquire(ctx context.Context, a attempt) (*clientv3.TxnRespon
 
 // lockOutcome turns a lock's transaction into Acquire's error: nil when
 // it put the key.
-func (d *Driver) lockOutcome(ctx context.Context, a attempt, tr *clientv3.TxnResponse) error {
+func (d *driver) lockOutcome(ctx context.Context, a attempt, tr *clientv3.TxnResponse) error {
 	if tr.Succeeded {
 		return nil
 	}
@@ -242,7 +242,7 @@ func (d *Driver) lockOutcome(ctx context.Context, a attempt, tr *clientv3.TxnRes
 
 // idle returns the lease of an attempt that wrote nothing to the pool,
 // or revokes it.
-func (d *Driver) idle(ctx context.Context, a attempt) {
+func (d *driver) idle(ctx context.Context, a attempt) {
 	if !d.pool.give(a.secs, a.lease) {
 		d.revoke(ctx, a.lease)
 	}
@@ -251,7 +251,7 @@ func (d *Driver) idle(ctx context.Context, a attempt) {
 // revoke revokes a lease of the driver's that no hold is on, deleting
 // whatever an attempt whose outcome is unknown put on it. It is a courtesy:
 // a lease left alone expires, so its error is dropped.
-func (d *Driver) revoke(ctx context.Context, lease clientv3.LeaseID) {
+func (d *driver) revoke(ctx context.Context, lease clientv3.LeaseID) {
 	if resp, err := d.client.Revoke(ctx, lease); err == nil {
 		d.seen(resp.Header)
 	}

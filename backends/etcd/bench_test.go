@@ -36,7 +36,7 @@ func benchServer(b *testing.B, fsync bool) (*etcdtest.Cluster, *clientv3.Client)
 
 func benchBackend(b *testing.B, c *etcdtest.Cluster, cli *clientv3.Client) *dsync.Backend {
 	b.Helper()
-	d, err := etcd.New(cli, &etcd.Options{MinTTL: c.MinLeaseTTL()})
+	d, err := etcd.NewDriver(cli, &etcd.Options{MinTTL: c.MinLeaseTTL()})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -328,7 +328,7 @@ func contend(b *testing.B, cycle func(g int) func(context.Context) error) {
 func BenchmarkRefreshRatio(b *testing.B) {
 	c, cli := benchServer(b, false)
 	ctx := context.Background()
-	d, err := etcd.New(cli, &etcd.Options{MinTTL: c.MinLeaseTTL()})
+	d, err := etcd.NewDriver(cli, &etcd.Options{MinTTL: c.MinLeaseTTL()})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -369,7 +369,7 @@ func BenchmarkLeaseReuse(b *testing.B) {
 			c, cli := benchServer(b, fsync)
 			ctx := context.Background()
 			driver := func() *etcd.Driver {
-				d, err := etcd.New(cli, &etcd.Options{MinTTL: c.MinLeaseTTL()})
+				d, err := etcd.NewDriver(cli, &etcd.Options{MinTTL: c.MinLeaseTTL()})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -477,7 +477,7 @@ func BenchmarkKeepAliveStream(b *testing.B) {
 		b.Run(fmt.Sprintf("fsync=%v", fsync), func(b *testing.B) {
 			c, cli := benchServer(b, fsync)
 			ctx := context.Background()
-			d, err := etcd.New(cli, &etcd.Options{MinTTL: c.MinLeaseTTL()})
+			d, err := etcd.NewDriver(cli, &etcd.Options{MinTTL: c.MinLeaseTTL()})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -7,4 +7,4 @@ import (
 )
 
 // CheckTTL implements backends.Driver: the TTL rules of Capabilities.
-func (d *Driver) CheckTTL(ttl time.Duration) error { return backends.CheckTTL(ttl, d.Capabilities()) }
+func (d *driver) CheckTTL(ttl time.Duration) error { return backends.CheckTTL(ttl, d.Capabilities()) }

@@ -11,6 +11,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/dsync-dev/dsync"
 	"github.com/dsync-dev/dsync/backends"
 )
 
@@ -22,7 +23,7 @@ const (
 	// (--election-timeout 1000ms): 1.5 election timeouts, rounded up to
 	// whole seconds.
 	DefaultMinTTL = 2 * time.Second
-	// DefaultRequestTimeout bounds each driver call (etcdctl's default
+	// DefaultRequestTimeout bounds each request (etcdctl's default
 	// command timeout).
 	DefaultRequestTimeout = 5 * time.Second
 )
@@ -32,7 +33,7 @@ const maxTTLSeconds = 9_000_000_000
 
 // Options configure New. A nil *Options means defaults.
 type Options struct {
-	// Prefix is put before every etcd key the driver writes (see the
+	// Prefix is put before every etcd key the backend writes (see the
 	// package documentation for the layout). A "/" is appended when it does
 	// not end with one, so that one application's prefix never extends
 	// another's. Default: "dsync/".
@@ -43,16 +44,19 @@ type Options struct {
 	// DefaultMinTTL (2s, etcd's default timing); the URL opener learns the
 	// real value from the cluster.
 	MinTTL time.Duration
-	// RequestTimeout bounds each call of the driver (its few round trips
-	// together), so that a call whose context has no deadline still
-	// returns when the cluster stops answering. Default
+	// RequestTimeout bounds each request of the backend (its few round
+	// trips together), so that a request whose context has no deadline
+	// still returns when the cluster stops answering. Default
 	// DefaultRequestTimeout (5s).
 	RequestTimeout time.Duration
+	// BackendOptions name the backend (default "etcd"), set the defaults
+	// of the primitives built on it and choose where its telemetry goes.
+	dsync.BackendOptions
 }
 
-// Driver is the etcd driver. It implements backends.Driver and is safe for
-// concurrent use. Every answer about a hold comes from etcd.
-type Driver struct {
+// driver is the etcd driver. It implements backends.Driver and is safe
+// for concurrent use. Every answer about a hold comes from etcd.
+type driver struct {
 	client *clientv3.Client
 	owned  bool // Close closes client: it was created from a URL
 	prefix string
@@ -74,20 +78,32 @@ type Driver struct {
 	notify notifier
 }
 
-var _ backends.Driver = (*Driver)(nil)
+var _ backends.Driver = (*driver)(nil)
 
-// New returns a driver over client. It makes no I/O. A nil client or an
-// invalid option is an *InvalidError.
+// New returns a backend over client. It makes no I/O. A nil client or an
+// invalid option is an *dsync.InvalidError.
 //
-// The driver does not close client: the application that created it keeps
-// it, and closes it after closing the driver. clientv3 retries a call only
-// when it is safe (reads and lease renewals, and writes that never left the
-// client), so every driver call remains one attempt as the SPI requires.
-func New(client *clientv3.Client, opts *Options) (*Driver, error) {
-	return newDriver(client, opts, false)
+// The backend does not close client: the application that created it
+// keeps it, and closes it after closing the backend. clientv3 retries a
+// call only when it is safe (reads and lease renewals, and writes that
+// never left the client), so every request remains one attempt.
+func New(client *clientv3.Client, opts *Options) (*dsync.Backend, error) {
+	if opts == nil {
+		opts = &Options{}
+	}
+	d, err := newDriver(client, opts, false)
+	if err != nil {
+		return nil, err
+	}
+	b, err := dsync.NewBackend(d, &opts.BackendOptions)
+	if err != nil {
+		_ = d.Close()
+		return nil, err
+	}
+	return b, nil
 }
 
-func newDriver(client *clientv3.Client, opts *Options, owned bool) (*Driver, error) {
+func newDriver(client *clientv3.Client, opts *Options, owned bool) (*driver, error) {
 	if client == nil {
 		return nil, backends.Invalid("client", "nil")
 	}
@@ -112,7 +128,7 @@ func newDriver(client *clientv3.Client, opts *Options, owned bool) (*Driver, err
 	case minTTL < time.Second || minTTL%time.Second != 0:
 		return nil, backends.Invalid("min ttl", "%v is not a positive whole number of seconds", minTTL)
 	}
-	d := &Driver{
+	d := &driver{
 		client:  client,
 		owned:   owned,
 		prefix:  prefix,
@@ -137,18 +153,13 @@ func newDriver(client *clientv3.Client, opts *Options, owned bool) (*Driver, err
 // Capabilities reports locks and semaphores of up to MaxSemaphoreSize
 // permits, fencing, whole-second TTLs, the cluster's minimum TTL and etcd's
 // maximum (9e9 s). It makes no I/O.
-func (d *Driver) Capabilities() backends.Capabilities { return d.caps }
+func (d *driver) Capabilities() backends.Capabilities { return d.caps }
 
-// Prefix returns the key prefix, always ending in "/".
-func (d *Driver) Prefix() string { return d.prefix }
-
-// Key returns the etcd key that holds the lock named name: the prefix
-// followed by name with "%" and "/" escaped as "%25" and "%2F". A resource
-// stored in etcd can compare the fencing token with this key's create
-// revision (see the package example). The permits of a semaphore of that
-// name live below this key and a "/" (see SemaphorePrefix). It returns an
-// *InvalidError for an empty name.
-func (d *Driver) Key(name string) (string, error) {
+// key returns the etcd key that holds the lock named name: the prefix
+// (which always ends in "/") followed by name with "%" and "/" escaped as
+// "%25" and "%2F". The permits of a semaphore of that name live below this
+// key and a "/". It returns an *InvalidError for an empty name.
+func (d *driver) key(name string) (string, error) {
 	if name == "" {
 		return "", backends.Invalid("key", "empty")
 	}
@@ -204,7 +215,7 @@ func decodeValue(v []byte) (token string, value []byte) {
 }
 
 // ttlSeconds rounds a TTL up to whole seconds, as etcd leases have them.
-func (d *Driver) ttlSeconds(ttl time.Duration) (int64, error) {
+func (d *driver) ttlSeconds(ttl time.Duration) (int64, error) {
 	if err := backends.CheckTTL(ttl, d.caps); err != nil {
 		return 0, err
 	}
@@ -212,7 +223,7 @@ func (d *Driver) ttlSeconds(ttl time.Duration) (int64, error) {
 }
 
 // seen records a revision from a response header.
-func (d *Driver) seen(h interface{ GetRevision() int64 }) {
+func (d *driver) seen(h interface{ GetRevision() int64 }) {
 	if h == nil {
 		return
 	}
@@ -226,16 +237,16 @@ func (d *Driver) seen(h interface{ GetRevision() int64 }) {
 }
 
 // bound bounds one driver call by the request timeout.
-func (d *Driver) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+func (d *driver) bound(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, d.timeout)
 }
 
 // begin checks that the driver is open and names the etcd key of key.
-func (d *Driver) begin(key, token string) (string, error) {
+func (d *driver) begin(key, token string) (string, error) {
 	if d.closed.Load() {
 		return "", backends.ErrClosed
 	}
-	k, err := d.Key(key)
+	k, err := d.key(key)
 	if err != nil {
 		return "", err
 	}
@@ -247,7 +258,7 @@ func (d *Driver) begin(key, token string) (string, error) {
 
 // wrap marks an error caused by a concurrent Close as ErrClosed as well,
 // and a request etcd refused for good as ErrInvalid (see refusal).
-func (d *Driver) wrap(err error) error {
+func (d *driver) wrap(err error) error {
 	return backends.MarkClosed(d.closed.Load(), refusal(err))
 }
 
@@ -255,7 +266,7 @@ func (d *Driver) wrap(err error) error {
 // client if the driver created it from a URL; a client passed to New is
 // left open. Holds are left to expire on the server. Later calls return
 // ErrClosed. Close is idempotent and returns the first call's result.
-func (d *Driver) Close() error {
+func (d *driver) Close() error {
 	d.closeOnce.Do(func() {
 		d.closed.Store(true)
 		d.notify.close()

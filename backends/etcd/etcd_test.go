@@ -20,6 +20,7 @@ import (
 	"github.com/dsync-dev/dsync"
 	"github.com/dsync-dev/dsync/backends"
 	"github.com/dsync-dev/dsync/backends/etcd"
+	"github.com/dsync-dev/dsync/internal/lease"
 	"github.com/dsync-dev/dsync/internal/testenv/etcdtest"
 	"github.com/dsync-dev/dsync/internal/testenv/testutil"
 	"github.com/dsync-dev/dsync/locker"
@@ -34,7 +35,7 @@ func newDriver(t *testing.T, c *etcdtest.Cluster) (*etcd.Driver, *clientv3.Clien
 
 func newDriverOver(t *testing.T, c *etcdtest.Cluster, client *clientv3.Client) (*etcd.Driver, *clientv3.Client) {
 	t.Helper()
-	d, err := etcd.New(client, &etcd.Options{MinTTL: c.MinLeaseTTL()})
+	d, err := etcd.NewDriver(client, &etcd.Options{MinTTL: c.MinLeaseTTL()})
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -62,17 +63,17 @@ func getKey(t *testing.T, ctx context.Context, d *etcd.Driver, cli *clientv3.Cli
 
 func TestNew(t *testing.T) {
 	var ie *backends.InvalidError
-	if _, err := etcd.New(nil, nil); !errors.As(err, &ie) || ie.Field != "client" {
+	if _, err := etcd.NewDriver(nil, nil); !errors.As(err, &ie) || ie.Field != "client" {
 		t.Fatalf("New(nil) = %v, want *InvalidError for client", err)
 	}
 	cli := unreachableClient(t)
 	for _, m := range []time.Duration{-time.Second, 500 * time.Millisecond, 1500 * time.Millisecond} {
-		if _, err := etcd.New(cli, &etcd.Options{MinTTL: m}); !errors.As(err, &ie) || ie.Field != "min ttl" {
+		if _, err := etcd.NewDriver(cli, &etcd.Options{MinTTL: m}); !errors.As(err, &ie) || ie.Field != "min ttl" {
 			t.Errorf("New with MinTTL %v = %v, want *InvalidError for min ttl", m, err)
 		}
 	}
 	for prefix, want := range map[string]string{"": "dsync/", "app": "app/", "app/": "app/", "/a/b/": "/a/b/"} {
-		d, err := etcd.New(cli, &etcd.Options{Prefix: prefix})
+		d, err := etcd.NewDriver(cli, &etcd.Options{Prefix: prefix})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -96,7 +97,7 @@ func unreachableClient(t *testing.T) *clientv3.Client {
 }
 
 func TestCapabilities(t *testing.T) {
-	d, err := etcd.New(unreachableClient(t), nil)
+	d, err := etcd.NewDriver(unreachableClient(t), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +112,7 @@ func TestCapabilities(t *testing.T) {
 // TestInvalidBeforeIO runs against a port nobody listens on: every bad
 // argument must be reported as such, not as a network error.
 func TestInvalidBeforeIO(t *testing.T) {
-	d, err := etcd.New(unreachableClient(t), nil)
+	d, err := etcd.NewDriver(unreachableClient(t), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +162,7 @@ func TestInvalidBeforeIO(t *testing.T) {
 }
 
 func TestKeyLayout(t *testing.T) {
-	d, err := etcd.New(unreachableClient(t), &etcd.Options{Prefix: "app"})
+	d, err := etcd.NewDriver(unreachableClient(t), &etcd.Options{Prefix: "app"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -258,7 +259,7 @@ func TestTTL(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer b.Close()
-			d := b.Driver()
+			d := lease.Driver(b)
 			if got := d.Capabilities().MinTTL; got != tc.min {
 				t.Errorf("the opener learned MinTTL %v, want %v", got, tc.min)
 			}

@@ -15,15 +15,17 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/dsync-dev/dsync"
-	"github.com/dsync-dev/dsync/backends/etcd"
+	_ "github.com/dsync-dev/dsync/backends/etcd" // registers etcd://
 	"github.com/dsync-dev/dsync/locker"
 )
 
 // A resource kept in etcd itself can refuse writes from anyone but the
 // lock's current holder: the write is a transaction that compares the lock
-// key's create revision with the lease's fencing token. A holder whose
-// lease expired, or who released, has a token that no longer matches, even
-// if it wakes up from a long pause convinced that it still holds the lock.
+// key's create revision with the lease's fencing token. The lock's key
+// follows the layout of the package documentation: the URL's prefix, then
+// the lock's name. A holder whose lease expired, or who released, has a
+// token that no longer matches, even if it wakes up from a long pause
+// convinced that it still holds the lock.
 func Example_fencing() {
 	ctx := context.Background()
 	addr, stop, err := startEtcd() // an embedded etcd, for the example
@@ -42,10 +44,7 @@ func Example_fencing() {
 		log.Fatal(err)
 	}
 	defer b.Close()
-	lockKey, err := b.Driver().(*etcd.Driver).Key("report") // "example/report"
-	if err != nil {
-		log.Fatal(err)
-	}
+	const lockKey = "example/report" // the URL's prefix, then the lock's name
 
 	// write stores the report if token is the current holder's.
 	write := func(token uint64, report string) bool {

@@ -6,6 +6,21 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
+// Driver is the driver type, for the tests that drive the SPI directly.
+type Driver = driver
+
+// NewDriver returns a driver over client, as New does under its backend,
+// for the tests that drive the SPI directly.
+func NewDriver(client *clientv3.Client, opts *Options) (*Driver, error) {
+	return newDriver(client, opts, false)
+}
+
+// Key returns the etcd key that holds the lock named name.
+func (d *driver) Key(name string) (string, error) { return d.key(name) }
+
+// Prefix returns the key prefix, always ending in "/".
+func (d *driver) Prefix() string { return d.prefix }
+
 // The lease pool's bounds, which BenchmarkLeaseReuse fills to make a
 // driver that reuses no lease and remembers no hold.
 const (

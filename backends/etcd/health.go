@@ -15,7 +15,7 @@ import (
 // knows a leader and reports no error (an alarm such as NOSPACE); each
 // member's Detail says "leader" or "follower", and its errors. After
 // Close it returns ErrClosed.
-func (d *Driver) Health(ctx context.Context) (backends.Health, error) {
+func (d *driver) Health(ctx context.Context) (backends.Health, error) {
 	if d.closed.Load() {
 		return backends.Health{}, backends.ErrClosed
 	}

@@ -14,7 +14,7 @@ import (
 // lookup reads from etcd the hold (lock or permit) of key owned by token,
 // in one request of the lock key lk and the semaphore's keys below it, or
 // returns ErrNotHeld.
-func (d *Driver) lookup(ctx context.Context, lk, token string) (heldLease, error) {
+func (d *driver) lookup(ctx context.Context, lk, token string) (heldLease, error) {
 	resp, err := d.client.Txn(ctx).Then(
 		clientv3.OpGet(lk),
 		clientv3.OpGet(lk+"/", clientv3.WithPrefix()),
@@ -44,7 +44,7 @@ func (d *Driver) lookup(ctx context.Context, lk, token string) (heldLease, error
 // ErrNotHeld. An etcd lease keeps the TTL it was granted with, so ttl must
 // not exceed the hold's Grant.TTL (an *InvalidError otherwise, after the
 // renewal); the layer above always passes Grant.TTL.
-func (d *Driver) Refresh(ctx context.Context, key, token string, ttl time.Duration) error {
+func (d *driver) Refresh(ctx context.Context, key, token string, ttl time.Duration) error {
 	lk, err := d.begin(key, token)
 	if err != nil {
 		return err
@@ -87,7 +87,7 @@ func (d *Driver) Refresh(ctx context.Context, key, token string, ttl time.Durati
 
 // stillHeld reads h's key and reports ErrNotHeld unless it is still the
 // hold h: same create revision, same lease.
-func (d *Driver) stillHeld(ctx context.Context, h heldLease) error {
+func (d *driver) stillHeld(ctx context.Context, h heldLease) error {
 	resp, err := d.client.Get(ctx, h.key)
 	if err != nil {
 		return d.wrap(err)
@@ -105,7 +105,7 @@ func (d *Driver) stillHeld(ctx context.Context, h heldLease) error {
 // holder's permit. A hold that expired or belongs to another token is
 // ErrNotHeld. The hold's lease then holds no key: the driver keeps it for
 // a later Acquire if it granted it, and otherwise leaves it to expire.
-func (d *Driver) Release(ctx context.Context, key, token string) error {
+func (d *driver) Release(ctx context.Context, key, token string) error {
 	lk, err := d.begin(key, token)
 	if err != nil {
 		return err
@@ -139,17 +139,18 @@ func (d *Driver) Release(ctx context.Context, key, token string) error {
 
 // Holder reports the holder of key: the value stored with the lock, or,
 // for a semaphore, with the permit whose lease expires last (the newest of
-// those that tie), and its remaining TTL as the server reports it (whole
-// seconds, rounded down: zero in the last second). It returns ErrNotHeld
+// those that tie), its remaining TTL as the server reports it (whole
+// seconds, rounded down: zero in the last second), and its fencing token,
+// the create revision of its key. It returns ErrNotHeld
 // when nobody holds key. A key written without a lease (not by dsync) is
 // reported with a zero TTL. A semaphore's holders are read in one
 // request, then their leases' TTLs in parallel, at most 16 requests at a
 // time.
-func (d *Driver) Holder(ctx context.Context, key string) (backends.HolderInfo, error) {
+func (d *driver) Holder(ctx context.Context, key string) (backends.HolderInfo, error) {
 	if d.closed.Load() {
 		return backends.HolderInfo{}, backends.ErrClosed
 	}
-	lk, err := d.Key(key)
+	lk, err := d.key(key)
 	if err != nil {
 		return backends.HolderInfo{}, err
 	}
@@ -168,13 +169,18 @@ func (d *Driver) Holder(ctx context.Context, key string) (backends.HolderInfo, e
 	if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
 		kv := kvs[0]
 		_, value := decodeValue(kv.Value)
-		return d.holderTTL(ctx, value, kv.Lease)
+		info, err := d.holderTTL(ctx, value, kv.Lease)
+		if err != nil {
+			return backends.HolderInfo{}, err
+		}
+		info.Fence = uint64(kv.CreateRevision)
+		return info, nil
 	}
 	return d.permitHolder(ctx, resp.Responses[1].GetResponseRange().GetKvs())
 }
 
 // holderTTL completes the HolderInfo of a hold with value on lease.
-func (d *Driver) holderTTL(ctx context.Context, value []byte, lease int64) (backends.HolderInfo, error) {
+func (d *driver) holderTTL(ctx context.Context, value []byte, lease int64) (backends.HolderInfo, error) {
 	info := backends.HolderInfo{Value: value}
 	if lease == 0 {
 		return info, nil

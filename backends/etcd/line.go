@@ -109,11 +109,11 @@ func (v *lineView) heir() string {
 // move up, and keeps its lease, which then holds no key, for a later
 // Acquire. A key that is not there (never written, lapsed, or the
 // waiter's attempt won the lock) is no error. It makes one request.
-func (d *Driver) Leave(ctx context.Context, key, waiter string) error {
+func (d *driver) Leave(ctx context.Context, key, waiter string) error {
 	if d.closed.Load() {
 		return backends.ErrClosed
 	}
-	lk, err := d.Key(key)
+	lk, err := d.key(key)
 	if err != nil {
 		return err
 	}

@@ -26,7 +26,7 @@ const (
 // A name's watch is cancelled, and its goroutine awaited, when its last
 // subscription closes or the driver does.
 type notifier struct {
-	d *Driver
+	d *driver
 
 	mu      sync.Mutex           // protects the fields below
 	watches map[string]*keyWatch // by lock key
@@ -34,7 +34,7 @@ type notifier struct {
 	wg      sync.WaitGroup // the watch goroutines
 }
 
-func (n *notifier) init(d *Driver) {
+func (n *notifier) init(d *driver) {
 	n.d = d
 	n.watches = map[string]*keyWatch{}
 }
@@ -82,11 +82,11 @@ type keyWatch struct {
 // etcd watches: the lock key with its line, and the semaphore's prefix).
 // The caller must Close the subscription; closing the driver ends it too.
 // Its channel is never closed.
-func (d *Driver) WatchReleases(ctx context.Context, key string) (backends.Subscription, error) {
+func (d *driver) WatchReleases(ctx context.Context, key string) (backends.Subscription, error) {
 	if d.closed.Load() {
 		return nil, backends.ErrClosed
 	}
-	k, err := d.Key(key)
+	k, err := d.key(key)
 	if err != nil {
 		return nil, err
 	}

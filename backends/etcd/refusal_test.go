@@ -14,6 +14,7 @@ import (
 
 	"github.com/dsync-dev/dsync"
 	"github.com/dsync-dev/dsync/backends"
+	"github.com/dsync-dev/dsync/internal/lease"
 	"github.com/dsync-dev/dsync/internal/testenv/etcdtest"
 	"github.com/dsync-dev/dsync/internal/testenv/testutil"
 )
@@ -89,7 +90,7 @@ func TestPermissionDenied(t *testing.T) {
 		t.Fatalf("Open as limited: %v", err)
 	}
 	defer b.Close()
-	d := b.Driver()
+	d := lease.Driver(b)
 	for _, limit := range []int{1, 3} {
 		_, err := d.Acquire(ctx, backends.Request{Key: fmt.Sprint("k", limit), Token: "t", TTL: 5 * time.Second, Limit: limit})
 		if !errors.Is(err, backends.ErrInvalid) || !errors.Is(err, rpctypes.ErrPermissionDenied) {

@@ -31,8 +31,8 @@ const holderTTLs = 16
 // the permit's value, each on a line. The holders are the first Size keys
 // by create revision. It returns an
 // *InvalidError for an empty name.
-func (d *Driver) SemaphorePrefix(name string) (string, error) {
-	k, err := d.Key(name)
+func (d *driver) SemaphorePrefix(name string) (string, error) {
+	k, err := d.key(name)
 	if err != nil {
 		return "", err
 	}
@@ -76,7 +76,7 @@ func decodePermitValue(v []byte) (token string, limit int, value []byte, ok bool
 // permitOutcome turns a permit's transaction into Acquire's error: nil
 // when its key is among the first a.limit and their sizes agree. An
 // attempt that gets no permit deletes its key and keeps its lease.
-func (d *Driver) permitOutcome(ctx context.Context, a attempt, tr *clientv3.TxnResponse) error {
+func (d *driver) permitOutcome(ctx context.Context, a attempt, tr *clientv3.TxnResponse) error {
 	if !tr.Succeeded { // nothing was written
 		if tr.Responses[0].GetResponseRange().GetCount() == 0 {
 			// A lease of the driver's holds no key when it is used;
@@ -114,7 +114,7 @@ func (d *Driver) permitOutcome(ctx context.Context, a attempt, tr *clientv3.TxnR
 
 // deleteAttempt deletes the key of an attempt that got no permit, created
 // at rev, if it is still there.
-func (d *Driver) deleteAttempt(ctx context.Context, a attempt, rev int64) error {
+func (d *driver) deleteAttempt(ctx context.Context, a attempt, rev int64) error {
 	resp, err := d.client.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(a.hk), "=", rev)).
 		Then(clientv3.OpDelete(a.hk)).
@@ -128,7 +128,7 @@ func (d *Driver) deleteAttempt(ctx context.Context, a attempt, rev int64) error 
 // permitHolder reports, of a semaphore whose keys are kvs (by create
 // revision), the holder whose lease expires last. The holders are the
 // first n keys, n being the size the oldest key records.
-func (d *Driver) permitHolder(ctx context.Context, kvs []*mvccpb.KeyValue) (backends.HolderInfo, error) {
+func (d *driver) permitHolder(ctx context.Context, kvs []*mvccpb.KeyValue) (backends.HolderInfo, error) {
 	if len(kvs) == 0 {
 		return backends.HolderInfo{}, backends.ErrNotHeld
 	}
@@ -169,7 +169,7 @@ func (d *Driver) permitHolder(ctx context.Context, kvs []*mvccpb.KeyValue) (back
 		return backends.HolderInfo{}, backends.ErrNotHeld
 	}
 	_, _, value, _ := decodePermitValue(kvs[last].Value)
-	info := backends.HolderInfo{Value: value}
+	info := backends.HolderInfo{Value: value, Fence: uint64(kvs[last].CreateRevision)}
 	if ttls[last] != math.MaxInt64 {
 		info.TTL = time.Duration(ttls[last]) * time.Second
 	}

@@ -85,7 +85,7 @@ func notice(s backends.Subscription, within time.Duration) bool {
 }
 
 func TestSemaphoreKeyLayout(t *testing.T) {
-	d, err := etcd.New(unreachableClient(t), &etcd.Options{Prefix: "app"})
+	d, err := etcd.NewDriver(unreachableClient(t), &etcd.Options{Prefix: "app"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,7 +20,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/dsync-dev/dsync"
 	"github.com/dsync-dev/dsync/backends"
 )
 
@@ -38,14 +37,14 @@ const (
 )
 
 func init() {
-	dsync.Register(dsync.Scheme{
+	backends.Register(backends.Scheme{
 		Name:       "etcd",
 		Summary:    "etcd cluster: locks and semaphores on leases and transactions, fenced by create revisions",
 		Example:    "etcd://user:password@10.0.0.1:2379,10.0.0.2:2379,10.0.0.3:2379/myapp?ttl=30s",
 		Options:    urlOptions(false),
 		OpenDriver: openURL,
 	})
-	dsync.Register(dsync.Scheme{
+	backends.Register(backends.Scheme{
 		Name:       "etcds",
 		Summary:    "etcd cluster over TLS: locks and semaphores on leases and transactions, fenced by create revisions",
 		Example:    "etcds://10.0.0.1:2379,10.0.0.2:2379/myapp?ca_file=/etc/etcd/ca.pem&cert_file=/etc/etcd/client.pem&key_file=/etc/etcd/client-key.pem",
@@ -55,8 +54,8 @@ func init() {
 }
 
 // urlOptions documents the query options the etcd schemes accept.
-func urlOptions(secure bool) []dsync.OptionDoc {
-	opts := []dsync.OptionDoc{
+func urlOptions(secure bool) []backends.OptionDoc {
+	opts := []backends.OptionDoc{
 		{Name: "dial_timeout", Default: "5s", Doc: "bound on connecting, authenticating and probing the cluster at open (or the context's deadline, if earlier)"},
 		{Name: "keepalive_time", Default: "10s", Doc: "interval of gRPC keepalive pings, which detect a member that vanished so the client moves to another; 0 disables"},
 		{Name: "keepalive_timeout", Default: "5s", Doc: "wait for a keepalive ping's answer before the connection is dropped"},
@@ -64,10 +63,10 @@ func urlOptions(secure bool) []dsync.OptionDoc {
 	}
 	if secure {
 		opts = append(opts,
-			dsync.OptionDoc{Name: "ca_file", Default: "the system's roots", Doc: "PEM file of the certificate authorities that sign the members' certificates"},
-			dsync.OptionDoc{Name: "cert_file", Default: "none", Doc: "PEM client certificate, for members that require one (with key_file)"},
-			dsync.OptionDoc{Name: "key_file", Default: "none", Doc: "PEM private key of cert_file"},
-			dsync.OptionDoc{Name: "skip_verify", Default: "false", Doc: "skip TLS certificate verification (testing only)"},
+			backends.OptionDoc{Name: "ca_file", Default: "the system's roots", Doc: "PEM file of the certificate authorities that sign the members' certificates"},
+			backends.OptionDoc{Name: "cert_file", Default: "none", Doc: "PEM client certificate, for members that require one (with key_file)"},
+			backends.OptionDoc{Name: "key_file", Default: "none", Doc: "PEM private key of cert_file"},
+			backends.OptionDoc{Name: "skip_verify", Default: "false", Doc: "skip TLS certificate verification (testing only)"},
 		)
 	}
 	return opts
@@ -77,11 +76,11 @@ func urlOptions(secure bool) []dsync.OptionDoc {
 // and probes the cluster within ctx with a lease grant, which needs a
 // quorum and tells the cluster's minimum lease TTL. dsync.Open has already
 // rejected options not in urlOptions.
-func openURL(ctx context.Context, u *url.URL, _ dsync.Telemetry) (backends.Driver, error) {
+func openURL(ctx context.Context, u *url.URL, _ backends.Telemetry) (backends.Driver, error) {
 	if u.Host == "" {
 		return nil, backends.Invalid("url", "no host (want %s://host1:2379,host2:2379/prefix)", u.Scheme)
 	}
-	endpoints, err := dsync.HostList(u.Host, defaultPort)
+	endpoints, err := backends.HostList(u.Host, defaultPort)
 	if err != nil {
 		return nil, err
 	}
@@ -112,7 +111,7 @@ func openURL(ctx context.Context, u *url.URL, _ dsync.Telemetry) (backends.Drive
 			*o.dst = 0
 			continue
 		}
-		if *o.dst, err = dsync.ParseDurationOption(o.name, v); err != nil {
+		if *o.dst, err = backends.ParseDurationOption(o.name, v); err != nil {
 			return nil, err
 		}
 	}

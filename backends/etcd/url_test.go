@@ -13,6 +13,7 @@ import (
 	"github.com/dsync-dev/dsync/backends"
 	"github.com/dsync-dev/dsync/backends/backendtest"
 	"github.com/dsync-dev/dsync/backends/etcd"
+	"github.com/dsync-dev/dsync/internal/lease"
 	"github.com/dsync-dev/dsync/internal/testenv/etcdtest"
 	"github.com/dsync-dev/dsync/internal/testenv/testutil"
 )
@@ -38,7 +39,7 @@ func openAndUse(t *testing.T, rawURL, key string) *dsync.Backend {
 		t.Fatalf("Open(%s): %v", rawURL, err)
 	}
 	t.Cleanup(func() { _ = b.Close() })
-	if _, err := b.Driver().Acquire(ctx, req(key, "tok", time.Minute)); err != nil {
+	if _, err := lease.Driver(b).Acquire(ctx, req(key, "tok", time.Minute)); err != nil {
 		t.Fatalf("Acquire through %s: %v", rawURL, err)
 	}
 	return b
@@ -62,7 +63,7 @@ func TestOpenURL(t *testing.T) {
 		if !exists("dsync/plain") {
 			t.Error("hold not under the default prefix")
 		}
-		if caps := b.Driver().Capabilities(); caps.Name != "etcd" || caps.MinTTL != c.MinLeaseTTL() {
+		if caps := lease.Driver(b).Capabilities(); caps.Name != "etcd" || caps.MinTTL != c.MinLeaseTTL() {
 			t.Errorf("capabilities %+v, want etcd with MinTTL %v", caps, c.MinLeaseTTL())
 		}
 	})
@@ -83,7 +84,7 @@ func TestOpenURL(t *testing.T) {
 		if err := b.Close(); err != nil {
 			t.Fatalf("Close: %v", err)
 		}
-		if _, err := b.Driver().Holder(ctx, "closing"); !errors.Is(err, backends.ErrClosed) {
+		if _, err := lease.Driver(b).Holder(ctx, "closing"); !errors.Is(err, backends.ErrClosed) {
 			t.Errorf("Holder after Close = %v, want ErrClosed", err)
 		}
 	})
@@ -268,20 +269,22 @@ func TestOpenURLTLS(t *testing.T) {
 	}
 }
 
-// TestNewOverOwnClient: an application's own client, with a driver built by
-// New and wrapped by dsync.NewBackend; closing the backend leaves the client
-// open.
+// TestNewOverOwnClient: a backend over an application's own client, with
+// the options of New; closing the backend leaves the client open.
 func TestNewOverOwnClient(t *testing.T) {
 	c := etcdtest.Start(t, nil)
 	cli := c.Client(t)
 	ctx := testutil.Context(t)
-	d, err := etcd.New(cli, &etcd.Options{Prefix: "own", MinTTL: c.MinLeaseTTL()})
+	b, err := etcd.New(cli, &etcd.Options{Prefix: "own", MinTTL: c.MinLeaseTTL(),
+		BackendOptions: dsync.BackendOptions{Name: "own etcd", Defaults: dsync.Defaults{TTL: 3 * time.Second}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := dsync.NewBackend(d, nil)
-	if err != nil {
-		t.Fatal(err)
+	if b.String() != "own etcd" || b.Defaults().TTL != 3*time.Second {
+		t.Errorf("backend %q with defaults %+v: want the options' name and TTL", b, b.Defaults())
+	}
+	if _, err := etcd.New(cli, &etcd.Options{BackendOptions: dsync.BackendOptions{Defaults: dsync.Defaults{TTL: -time.Second}}}); !errors.Is(err, dsync.ErrInvalid) {
+		t.Errorf("New with a negative default TTL = %v, want ErrInvalid", err)
 	}
 	ls, err := newLocker(t, b, "k", nil).TryAcquire(ctx)
 	if err != nil {

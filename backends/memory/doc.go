@@ -7,15 +7,15 @@
 // memory://demo get two unrelated stores and may both "hold" the same key.
 //
 // A Store is the state a server would keep: the holds of every key, a fence
-// counter per key and the release watchers. Several Drivers may share one
-// Store, which models several clients of one server; closing a Driver never
-// affects the Store or the holds in it.
+// counter per key and the release watchers. Several backends may share one
+// Store, which models several clients of one server; closing a backend
+// never affects the Store or the holds in it.
 //
-// Open a driver by hand with New, or by URL once this package is imported:
+// Open a backend with New, or by URL once this package is imported:
 //
 //	memory://name
 //
-// opens a driver on the process-wide store registered under name, created on
+// opens a backend on the process-wide store registered under name, created on
 // first use and shared by every later Open of the same name (see Named). The
 // scheme takes only dsync's common query options.
 //

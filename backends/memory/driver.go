@@ -5,32 +5,37 @@ import (
 	"slices"
 	"time"
 
+	"github.com/dsync-dev/dsync"
 	"github.com/dsync-dev/dsync/backends"
 )
 
 // Options configure New. A nil *Options means defaults.
 type Options struct {
-	// Store holds the state the driver works on; drivers sharing a store
-	// see each other's holds. Default: a fresh private store on the real
-	// clock. To use a ManualClock, build the store with NewStore.
+	// Store holds the state the backend works on; backends sharing a
+	// store see each other's holds. Default: a fresh private store on the
+	// real clock. To use a ManualClock, build the store with NewStore.
 	Store *Store
+	// BackendOptions name the backend (default "memory"), set the
+	// defaults of the primitives built on it and choose where its
+	// telemetry goes.
+	dsync.BackendOptions
 }
 
-// Driver is a backends.Driver and backends.Notifier over a Store. It is safe
-// for concurrent use. Every method returns at once: none blocks, sleeps or
-// starts a goroutine. Make one with New; the zero Driver is not usable.
+// driver is the backends.Driver over a Store. It is safe for concurrent
+// use. Every method returns at once: none blocks, sleeps or starts a
+// goroutine.
 //
 // Each method returns ctx.Err() without acting if ctx is already done, and
 // backends.ErrClosed after Close; bad arguments are reported first, as
 // *backends.InvalidError values.
-type Driver struct {
+type driver struct {
 	store *Store
 
 	closed bool                       // guarded by Store.mu
 	subs   map[*subscription]struct{} // open subscriptions; guarded by Store.mu
 }
 
-var _ backends.Driver = (*Driver)(nil)
+var _ backends.Driver = (*driver)(nil)
 
 // caps never change; see Capabilities.
 var caps = backends.Capabilities{
@@ -42,21 +47,26 @@ var caps = backends.Capabilities{
 	Order:          backends.BoundedBarging,
 }
 
-// New returns a driver on opts.Store (a fresh private store by default).
-func New(opts *Options) *Driver {
-	var s *Store
-	if opts != nil {
-		s = opts.Store
+// New returns a backend on opts.Store (a fresh private store by default).
+// Invalid opts.Defaults are an *dsync.InvalidError.
+func New(opts *Options) (*dsync.Backend, error) {
+	if opts == nil {
+		opts = &Options{}
 	}
+	return dsync.NewBackend(newDriver(opts.Store), &opts.BackendOptions)
+}
+
+// newDriver returns a driver on s, or on a fresh private store if s is nil.
+func newDriver(s *Store) *driver {
 	if s == nil {
 		s = NewStore(nil)
 	}
-	return &Driver{store: s, subs: map[*subscription]struct{}{}}
+	return &driver{store: s, subs: map[*subscription]struct{}{}}
 }
 
 // begin checks ctx and the driver, then locks the store and returns the
 // current time. On success the caller must unlock the store.
-func (d *Driver) begin(ctx context.Context) (time.Time, error) {
+func (d *driver) begin(ctx context.Context) (time.Time, error) {
 	if err := ctx.Err(); err != nil {
 		return time.Time{}, err
 	}
@@ -79,7 +89,7 @@ func (d *Driver) begin(ctx context.Context) (time.Time, error) {
 // refused waiter keeps its place for req.TTL, and a released lock is kept
 // for the first live waiter for backends.HandOver, refusing every other
 // attempt meanwhile; after that anybody may take it (bounded barging).
-func (d *Driver) Acquire(ctx context.Context, req backends.Request) (backends.Grant, error) {
+func (d *driver) Acquire(ctx context.Context, req backends.Request) (backends.Grant, error) {
 	if err := backends.CheckRequest(req, caps); err != nil {
 		return backends.Grant{}, err
 	}
@@ -114,19 +124,19 @@ func (d *Driver) Acquire(ctx context.Context, req backends.Request) (backends.Gr
 		return backends.Grant{}, backends.ErrNotAcquired
 	}
 	e.limit = limit
-	e.holds = append(e.holds, hold{token: req.Token, value: slices.Clone(req.Value), expires: now.Add(req.TTL)})
 	g := backends.Grant{TTL: req.TTL}
 	if req.Fence {
 		e.fence++
 		g.Fence = e.fence
 	}
+	e.holds = append(e.holds, hold{token: req.Token, value: slices.Clone(req.Value), expires: now.Add(req.TTL), fence: g.Fence})
 	return g, nil
 }
 
 // Refresh sets the expiry of token's live hold on key to now + ttl. It
 // returns ErrNotHeld, and changes nothing, when that hold has expired or never
 // existed.
-func (d *Driver) Refresh(ctx context.Context, key, token string, ttl time.Duration) error {
+func (d *driver) Refresh(ctx context.Context, key, token string, ttl time.Duration) error {
 	if err := checkKeyToken(key, token); err != nil {
 		return err
 	}
@@ -153,7 +163,7 @@ func (d *Driver) Refresh(ctx context.Context, key, token string, ttl time.Durati
 // Release removes token's live hold on key and wakes the key's watchers. It
 // returns ErrNotHeld, and touches no other hold, when that hold has expired
 // or never existed.
-func (d *Driver) Release(ctx context.Context, key, token string) error {
+func (d *driver) Release(ctx context.Context, key, token string) error {
 	if err := checkKeyToken(key, token); err != nil {
 		return err
 	}
@@ -180,9 +190,10 @@ func (d *Driver) Release(ctx context.Context, key, token string) error {
 	return nil
 }
 
-// Holder returns a copy of the value and the remaining time to live of the
-// live hold on key that expires last, or ErrNotHeld if there is none.
-func (d *Driver) Holder(ctx context.Context, key string) (backends.HolderInfo, error) {
+// Holder returns a copy of the value, the remaining time to live and the
+// fencing token of the live hold on key that expires last, or ErrNotHeld
+// if there is none.
+func (d *driver) Holder(ctx context.Context, key string) (backends.HolderInfo, error) {
 	if key == "" {
 		return backends.HolderInfo{}, backends.Invalid("key", "empty")
 	}
@@ -196,18 +207,18 @@ func (d *Driver) Holder(ctx context.Context, key string) (backends.HolderInfo, e
 		return backends.HolderInfo{}, backends.ErrNotHeld
 	}
 	last := slices.MaxFunc(e.holds, func(a, b hold) int { return a.expires.Compare(b.expires) })
-	return backends.HolderInfo{Value: slices.Clone(last.value), TTL: last.expires.Sub(now)}, nil
+	return backends.HolderInfo{Value: slices.Clone(last.value), TTL: last.expires.Sub(now), Fence: last.fence}, nil
 }
 
 // Capabilities reports name "memory", MaxLimit 1<<20, fencing, and a TTL
 // resolution of 1 ms with no minimum TTL.
-func (d *Driver) Capabilities() backends.Capabilities { return caps }
+func (d *driver) Capabilities() backends.Capabilities { return caps }
 
 // Close makes every later call on d return ErrClosed, closes d's release
 // subscriptions after sending each one last notice (so that a waiter wakes
 // and finds the driver closed), and leaves the store and its holds
 // untouched. It is idempotent and always returns nil.
-func (d *Driver) Close() error {
+func (d *driver) Close() error {
 	s := d.store
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -234,7 +245,7 @@ func checkKeyToken(key, token string) error {
 
 // Leave takes waiter out of key's line; a released lock kept for it goes
 // to the next live waiter, and the key's watchers are woken.
-func (d *Driver) Leave(ctx context.Context, key, waiter string) error {
+func (d *driver) Leave(ctx context.Context, key, waiter string) error {
 	if err := backends.CheckKey(key); err != nil {
 		return err
 	}

@@ -17,7 +17,7 @@ import (
 )
 
 func TestCapabilities(t *testing.T) {
-	got := memory.New(nil).Capabilities()
+	got := memory.NewDriver(nil).Capabilities()
 	want := backends.Capabilities{Name: "memory", MaxLimit: 1 << 20, Fencing: true, TTLResolution: time.Millisecond, ReleaseNotices: true, Order: backends.BoundedBarging}
 	if got != want {
 		t.Fatalf("Capabilities() = %+v, want %+v", got, want)
@@ -174,7 +174,7 @@ func TestFencesIncrease(t *testing.T) {
 	ctx := context.Background()
 	clk := memory.NewManualClock(epoch)
 	store := memory.NewStore(clk)
-	d1, d2 := memory.New(&memory.Options{Store: store}), memory.New(&memory.Options{Store: store})
+	d1, d2 := memory.NewDriver(&memory.Options{Store: store}), memory.NewDriver(&memory.Options{Store: store})
 	defer d1.Close()
 	defer d2.Close()
 	var last uint64
@@ -209,7 +209,7 @@ func TestFencesIncrease(t *testing.T) {
 func TestSharedStore(t *testing.T) {
 	ctx := context.Background()
 	store := memory.NewStore(nil)
-	d1, d2 := memory.New(&memory.Options{Store: store}), memory.New(&memory.Options{Store: store})
+	d1, d2 := memory.NewDriver(&memory.Options{Store: store}), memory.NewDriver(&memory.Options{Store: store})
 	defer d2.Close()
 	testutil.MustGrant(t, ctx, d1, backends.Request{Key: "k", Token: "a", Value: []byte("one"), TTL: time.Minute})
 	if _, err := d2.Acquire(ctx, req("k", "b")); !errors.Is(err, backends.ErrNotAcquired) {
@@ -225,7 +225,7 @@ func TestSharedStore(t *testing.T) {
 	if err := d2.Release(ctx, "k", "a"); err != nil {
 		t.Fatalf("Release through another driver: %v", err)
 	}
-	if _, err := memory.New(nil).Holder(ctx, "k"); !errors.Is(err, backends.ErrNotHeld) {
+	if _, err := memory.NewDriver(nil).Holder(ctx, "k"); !errors.Is(err, backends.ErrNotHeld) {
 		t.Fatalf("a private store saw another store's hold: err = %v", err)
 	}
 }
@@ -324,7 +324,7 @@ func TestSemaphore(t *testing.T) {
 }
 
 func TestSemaphoreConcurrentAdmitsExactlyLimit(t *testing.T) {
-	d := memory.New(nil)
+	d := memory.NewDriver(nil)
 	defer d.Close()
 	const n, limit = 64, 3
 	var admitted atomic.Int32
@@ -352,7 +352,7 @@ func TestMutualExclusionUnderContention(t *testing.T) {
 	var inside, overlaps atomic.Int32
 	var wg sync.WaitGroup
 	for w := range 8 {
-		d := memory.New(&memory.Options{Store: store})
+		d := memory.NewDriver(&memory.Options{Store: store})
 		defer d.Close()
 		wg.Go(func() {
 			ctx := context.Background()

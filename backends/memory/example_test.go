@@ -5,33 +5,37 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/dsync-dev/dsync/backends"
 	"github.com/dsync-dev/dsync/backends/memory"
+	"github.com/dsync-dev/dsync/locker"
 )
 
 // A manual clock makes expiry deterministic: the first holder's TTL runs out
-// only when the test says so.
+// on the store only when the test says so.
 func Example() {
 	ctx := context.Background()
 	clock := memory.NewManualClock(time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC))
-	d := memory.New(&memory.Options{Store: memory.NewStore(clock)})
-	defer d.Close()
-
-	lock := func(token string) backends.Request {
-		return backends.Request{Key: "report", Token: token, TTL: 10 * time.Second, Fence: true}
+	b, err := memory.New(&memory.Options{Store: memory.NewStore(clock)})
+	if err != nil {
+		panic(err)
 	}
-	g, _ := d.Acquire(ctx, lock("a"))
-	fmt.Println("a holds, fence", g.Fence)
-	_, err := d.Acquire(ctx, lock("b"))
-	fmt.Println("b:", err)
+	defer b.Close()
+	l, err := locker.New(b, "report", &locker.Options{TTL: 10 * time.Second})
+	if err != nil {
+		panic(err)
+	}
+
+	first, _ := l.TryAcquire(ctx)
+	fmt.Println("first holds, token", first.Token())
+	_, err = l.TryAcquire(ctx)
+	fmt.Println("second:", err)
 
 	clock.Advance(10 * time.Second)
-	g, _ = d.Acquire(ctx, lock("b"))
-	fmt.Println("b holds, fence", g.Fence)
-	fmt.Println("a releases:", d.Release(ctx, "report", "a"))
+	second, _ := l.TryAcquire(ctx)
+	fmt.Println("second holds, token", second.Token())
+	fmt.Println("first releases:", first.Release(ctx))
 	// Output:
-	// a holds, fence 1
-	// b: dsync: not acquired
-	// b holds, fence 2
-	// a releases: dsync: not held
+	// first holds, token 1
+	// second: dsync: not acquired: "report" is held by another owner
+	// second holds, token 2
+	// first releases: dsync: not held
 }

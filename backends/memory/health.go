@@ -9,7 +9,7 @@ import (
 // Health implements backends.Driver: a store in process memory can always
 // serve, so the report is OK with one node named "memory". It returns
 // ctx's error if ctx is done, and ErrClosed after Close.
-func (d *Driver) Health(ctx context.Context) (backends.Health, error) {
+func (d *driver) Health(ctx context.Context) (backends.Health, error) {
 	if _, err := d.begin(ctx); err != nil {
 		return backends.Health{}, err
 	}

@@ -18,7 +18,7 @@ var epoch = time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)
 func newManual(t *testing.T) (*memory.Driver, *memory.ManualClock) {
 	t.Helper()
 	clk := memory.NewManualClock(epoch)
-	d := memory.New(&memory.Options{Store: memory.NewStore(clk)})
+	d := memory.NewDriver(&memory.Options{Store: memory.NewStore(clk)})
 	t.Cleanup(func() { _ = d.Close() })
 	return d, clk
 }

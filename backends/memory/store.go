@@ -19,7 +19,7 @@ import (
 type Store struct {
 	clock Clock
 
-	// mu protects keys and sweepAt, and the fields of every entry, Driver
+	// mu protects keys and sweepAt, and the fields of every entry, driver
 	// and subscription marked "guarded by Store.mu". It is held for every
 	// whole operation, which makes each one atomic.
 	mu      sync.Mutex
@@ -41,6 +41,7 @@ type hold struct {
 	token   string
 	value   []byte // a private copy
 	expires time.Time
+	fence   uint64 // its fencing token; 0 if it drew none
 }
 
 // minSweep is the number of keys below which the amortized sweep never runs.

@@ -19,7 +19,7 @@ func (c *stepClock) Now() time.Time { return time.Unix(0, c.ns.Load()) }
 func TestAmortizedSweepForgetsExpiredKeys(t *testing.T) {
 	clk := &stepClock{}
 	s := NewStore(clk)
-	d := New(&Options{Store: s})
+	d := newDriver(s)
 	defer d.Close()
 	ctx := context.Background()
 	for i := range 1000 {

@@ -4,12 +4,11 @@ import (
 	"context"
 	"net/url"
 
-	"github.com/dsync-dev/dsync"
 	"github.com/dsync-dev/dsync/backends"
 )
 
 func init() {
-	dsync.Register(dsync.Scheme{
+	backends.Register(backends.Scheme{
 		Name:       "memory",
 		Summary:    "in-process store for tests and development (not distributed)",
 		Example:    "memory://demo",
@@ -18,7 +17,7 @@ func init() {
 }
 
 // openURL opens a driver on the named store memory://name.
-func openURL(ctx context.Context, u *url.URL, _ dsync.Telemetry) (backends.Driver, error) {
+func openURL(ctx context.Context, u *url.URL, _ backends.Telemetry) (backends.Driver, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -32,5 +31,5 @@ func openURL(ctx context.Context, u *url.URL, _ dsync.Telemetry) (backends.Drive
 	case u.Path != "" && u.Path != "/":
 		return nil, backends.Invalid("url", "memory URL takes no path (%q), only a store name", u.Path)
 	}
-	return New(&Options{Store: Named(u.Host)}), nil
+	return newDriver(Named(u.Host)), nil
 }

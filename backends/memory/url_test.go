@@ -9,6 +9,7 @@ import (
 	"github.com/dsync-dev/dsync"
 	"github.com/dsync-dev/dsync/backends"
 	"github.com/dsync-dev/dsync/backends/memory"
+	"github.com/dsync-dev/dsync/internal/lease"
 	"github.com/dsync-dev/dsync/internal/testenv/testutil"
 )
 
@@ -28,19 +29,19 @@ func TestOpenNamedStore(t *testing.T) {
 	if got := b2.Defaults().TTL; got != 30*time.Second {
 		t.Fatalf("ttl option: Defaults().TTL = %v, want 30s", got)
 	}
-	testutil.MustGrant(t, ctx, b1.Driver(), backends.Request{Key: "k", Token: "a", Value: []byte("v"), TTL: time.Minute})
+	testutil.MustGrant(t, ctx, lease.Driver(b1), backends.Request{Key: "k", Token: "a", Value: []byte("v"), TTL: time.Minute})
 	if err := b1.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if info, err := b2.Driver().Holder(ctx, "k"); err != nil || string(info.Value) != "v" {
+	if info, err := lease.Driver(b2).Holder(ctx, "k"); err != nil || string(info.Value) != "v" {
 		t.Fatalf("second Open of the same name: Holder = %+v, %v; want the first's hold", info, err)
 	}
-	d := memory.New(&memory.Options{Store: memory.Named("open-named")})
+	d := memory.NewDriver(&memory.Options{Store: memory.Named("open-named")})
 	defer d.Close()
 	if err := d.Release(ctx, "k", "a"); err != nil {
 		t.Fatalf("Release through Named: %v", err)
 	}
-	if _, err := open(t, "memory://open-named-other").Driver().Holder(ctx, "k"); !errors.Is(err, backends.ErrNotHeld) {
+	if _, err := lease.Driver(open(t, "memory://open-named-other")).Holder(ctx, "k"); !errors.Is(err, backends.ErrNotHeld) {
 		t.Fatalf("another name shares state: err = %v", err)
 	}
 }

@@ -12,7 +12,7 @@ import (
 // are seen to expire (on access, or when a ManualClock moves). The
 // subscription is active when WatchReleases returns. The caller must Close
 // it; closing the driver closes it too.
-func (d *Driver) WatchReleases(ctx context.Context, key string) (backends.Subscription, error) {
+func (d *driver) WatchReleases(ctx context.Context, key string) (backends.Subscription, error) {
 	if key == "" {
 		return nil, backends.Invalid("key", "empty")
 	}
@@ -34,7 +34,7 @@ func (d *Driver) WatchReleases(ctx context.Context, key string) (backends.Subscr
 
 // subscription is a backends.Subscription on one key of a store.
 type subscription struct {
-	d   *Driver
+	d   *driver
 	key string
 	c   chan backends.Notice // buffered(1): a later notice replaces a pending one
 

@@ -95,7 +95,7 @@ func TestWatchWokenBySet(t *testing.T) {
 }
 
 func TestWatchWokenByExpiryOnAccess(t *testing.T) {
-	d := memory.New(nil) // real clock
+	d := memory.NewDriver(nil) // real clock
 	defer d.Close()
 	sub := watch(t, d, "k")
 	testutil.MustGrant(t, context.Background(), d, backends.Request{Key: "k", Token: "a", TTL: time.Millisecond})
@@ -129,7 +129,7 @@ func TestWatchClose(t *testing.T) {
 func TestDriverCloseEndsSubscriptions(t *testing.T) {
 	ctx := context.Background()
 	store := memory.NewStore(nil)
-	d1, d2 := memory.New(&memory.Options{Store: store}), memory.New(&memory.Options{Store: store})
+	d1, d2 := memory.NewDriver(&memory.Options{Store: store}), memory.NewDriver(&memory.Options{Store: store})
 	defer d2.Close()
 	sub := watch(t, d1, "k")
 	if err := d1.Close(); err != nil {

@@ -37,7 +37,7 @@ end`)
 func BenchmarkLockCycle(b *testing.B) {
 	srv := redistest.Start(b, nil)
 	client := srv.NewClient(b)
-	d, err := redis.New(client, nil)
+	d, err := redis.NewDriver(client, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -144,7 +144,7 @@ func rawCycle(b *testing.B, client *goredis.Client, key string) func() {
 func BenchmarkLockCycleRatio(b *testing.B) {
 	srv := redistest.Start(b, nil)
 	client := srv.NewClient(b)
-	d, err := redis.New(client, nil)
+	d, err := redis.NewDriver(client, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -184,7 +184,7 @@ func BenchmarkLockCycleRatio(b *testing.B) {
 func BenchmarkSemCycleRatio(b *testing.B) {
 	srv := redistest.Start(b, nil)
 	client := srv.NewClient(b)
-	d, err := redis.New(client, nil)
+	d, err := redis.NewDriver(client, nil)
 	if err != nil {
 		b.Fatal(err)
 	}

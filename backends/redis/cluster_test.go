@@ -40,7 +40,7 @@ func TestCluster(t *testing.T) {
 
 	cc := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: []string{srv.Addr()}})
 	t.Cleanup(func() { _ = cc.Close() })
-	d, err := redis.New(cc, nil)
+	d, err := redis.NewDriver(cc, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-// Package redis is the single-instance Redis driver for dsync: locks and
+// Package redis is the single-instance Redis backend of dsync: locks and
 // counting semaphores (up to 4096 holders) on one Redis server, a
 // Sentinel-managed primary or a Redis Cluster, with fencing tokens and
 // release notices over pub/sub.
@@ -9,8 +9,9 @@
 //
 //	b, err := dsync.Open(ctx, "redis://:password@localhost:6379/0?prefix=myapp:")
 //
-// or hand New a go-redis client you already have and wrap the driver with
-// dsync.NewBackend.
+// or hand New a go-redis client you already have:
+//
+//	b, err := redis.New(client, &redis.Options{Prefix: "myapp:"})
 //
 // What it promises: mutual exclusion, and at most a semaphore's size of
 // live holders, while the one server keeps its data. Replication is

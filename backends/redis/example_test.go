@@ -9,15 +9,14 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/dsync-dev/dsync"
 	"github.com/dsync-dev/dsync/backends/redis"
 	"github.com/dsync-dev/dsync/locker"
 )
 
-// A go-redis client of your own: the driver uses it as you configured it,
-// so give it MaxRetries -1 (one attempt per call: go-redis would resend a
-// command whose reply was lost) and ContextTimeoutEnabled (calls bounded by
-// their context). The driver does not close it.
+// A go-redis client of your own: the backend uses it as you configured it,
+// so give it MaxRetries -1 (one attempt per request: go-redis would resend
+// a command whose reply was lost) and ContextTimeoutEnabled (requests
+// bounded by their context). The backend does not close it.
 func ExampleNew() {
 	addrs, stop, err := redisServers(1) // a redis-server for the example
 	if err != nil {
@@ -33,12 +32,7 @@ func ExampleNew() {
 		ContextTimeoutEnabled: true,
 	})
 	defer client.Close()
-	d, err := redis.New(client, &redis.Options{Prefix: "myapp:"})
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	b, err := dsync.NewBackend(d, nil)
+	b, err := redis.New(client, &redis.Options{Prefix: "myapp:"})
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -13,7 +13,7 @@ import (
 // under the client's address ("cluster" for a Cluster client). A server
 // that does not answer makes the report not OK; after Close it returns
 // ErrClosed.
-func (d *Driver) Health(ctx context.Context) (backends.Health, error) {
+func (d *driver) Health(ctx context.Context) (backends.Health, error) {
 	if d.closed.Load() {
 		return backends.Health{}, backends.ErrClosed
 	}

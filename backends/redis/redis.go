@@ -9,6 +9,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/dsync-dev/dsync"
 	"github.com/dsync-dev/dsync/backends"
 	"github.com/dsync-dev/dsync/internal/redisnode"
 )
@@ -18,10 +19,13 @@ const DefaultPrefix = redisnode.DefaultPrefix
 
 // Options configure New. A nil *Options means defaults.
 type Options struct {
-	// Prefix is put before every Redis key and channel the driver uses (see
-	// docs/redis.md for the layout). It must not contain "{" or "}", which
-	// would break the Cluster hash tag. Default: "dsync:".
+	// Prefix is put before every Redis key and channel the backend uses
+	// (see docs/redis.md for the layout). It must not contain "{" or "}",
+	// which would break the Cluster hash tag. Default: "dsync:".
 	Prefix string
+	// BackendOptions name the backend (default "redis"), set the defaults
+	// of the primitives built on it and choose where its telemetry goes.
+	dsync.BackendOptions
 }
 
 var capabilities = backends.Capabilities{
@@ -33,9 +37,9 @@ var capabilities = backends.Capabilities{
 	Order:          backends.BoundedBarging,
 }
 
-// Driver is the single-instance Redis driver. It implements backends.Driver
-// and is safe for concurrent use.
-type Driver struct {
+// driver is the single-instance Redis driver. It implements
+// backends.Driver and is safe for concurrent use.
+type driver struct {
 	node  *redisnode.Node
 	owned bool // Close closes the client: it was created from a URL
 
@@ -46,29 +50,42 @@ type Driver struct {
 	notify *redisnode.Notifier
 }
 
-var _ backends.Driver = (*Driver)(nil)
+var _ backends.Driver = (*driver)(nil)
 
-// New returns a driver over client, which may be a plain client, a Sentinel
-// failover client or a Cluster client. It makes no I/O. A nil client or an
-// invalid option is an *InvalidError, and so is a *goredis.Ring: a Ring
-// moves keys to other shards when one misses its heartbeats, where a held
-// lock is free and the fence counter may be behind.
+// New returns a backend over client, which may be a plain client, a
+// Sentinel failover client or a Cluster client. It makes no I/O. A nil
+// client or an invalid option is an *dsync.InvalidError, and so is a
+// *goredis.Ring: a Ring moves keys to other shards when one misses its
+// heartbeats, where a held lock is free and the fence counter may be
+// behind.
 //
-// The driver does not close client: the application that created it keeps
-// it, and closes it after closing the driver. The client is used as
-// configured; to keep the SPI's promise of one attempt per call bounded by
-// its context, configure it with MaxRetries: -1 (go-redis retries a command
-// whose reply was lost, which can turn an applied acquire into a reported
-// ErrNotAcquired) and ContextTimeoutEnabled: true (otherwise go-redis bounds
-// reads by its own ReadTimeout, not by the caller's context). Besides its
-// context, each call is bounded by the client's ReadTimeout and
-// WriteTimeout (go-redis: 5 s by default), the driver's own bound; with
-// both disabled, a call is bounded by its context alone.
-func New(client goredis.UniversalClient, opts *Options) (*Driver, error) {
-	return newDriver(client, opts, false)
+// The backend does not close client: the application that created it
+// keeps it, and closes it after closing the backend. The client is used as
+// configured; to keep the promise of one attempt per request bounded by
+// its context, configure it with MaxRetries: -1 (go-redis retries a
+// command whose reply was lost, which can turn an applied acquire into a
+// reported refusal) and ContextTimeoutEnabled: true (otherwise go-redis
+// bounds reads by its own ReadTimeout, not by the caller's context).
+// Besides its context, each request is bounded by the client's
+// ReadTimeout and WriteTimeout (go-redis: 5 s by default); with both
+// disabled, a request is bounded by its context alone.
+func New(client goredis.UniversalClient, opts *Options) (*dsync.Backend, error) {
+	if opts == nil {
+		opts = &Options{}
+	}
+	d, err := newDriver(client, opts, false)
+	if err != nil {
+		return nil, err
+	}
+	b, err := dsync.NewBackend(d, &opts.BackendOptions)
+	if err != nil {
+		_ = d.Close()
+		return nil, err
+	}
+	return b, nil
 }
 
-func newDriver(client goredis.UniversalClient, opts *Options, owned bool) (*Driver, error) {
+func newDriver(client goredis.UniversalClient, opts *Options, owned bool) (*driver, error) {
 	var prefix string
 	if opts != nil {
 		prefix = opts.Prefix
@@ -77,16 +94,16 @@ func newDriver(client goredis.UniversalClient, opts *Options, owned bool) (*Driv
 	if err != nil {
 		return nil, err
 	}
-	return &Driver{node: node, owned: owned, notify: redisnode.NewNotifier(node)}, nil
+	return &driver{node: node, owned: owned, notify: redisnode.NewNotifier(node)}, nil
 }
 
 // Capabilities reports locks and semaphores of up to 4096 holders, with
 // fencing, 1 ms TTLs, and a lock's waiters served in order with bounded
 // barging.
-func (d *Driver) Capabilities() backends.Capabilities { return capabilities }
+func (d *driver) Capabilities() backends.Capabilities { return capabilities }
 
 // CheckTTL implements backends.Driver: the TTL rules of Capabilities.
-func (d *Driver) CheckTTL(ttl time.Duration) error { return backends.CheckTTL(ttl, capabilities) }
+func (d *driver) CheckTTL(ttl time.Duration) error { return backends.CheckTTL(ttl, capabilities) }
 
 // Acquire makes one attempt to hold req.Key: a lock (req.Limit 0 or 1) is
 // SET NX PX, in a script that also draws the key's fencing token when
@@ -100,7 +117,7 @@ func (d *Driver) CheckTTL(ttl time.Duration) error { return backends.CheckTTL(tt
 // line: refused, the waiter joins it; a lock kept for the waiter, it
 // takes. A lock released is kept for the first live waiter in line for
 // backends.HandOver (see package doc).
-func (d *Driver) Acquire(ctx context.Context, req backends.Request) (backends.Grant, error) {
+func (d *driver) Acquire(ctx context.Context, req backends.Request) (backends.Grant, error) {
 	if d.closed.Load() {
 		return backends.Grant{}, backends.ErrClosed
 	}
@@ -126,7 +143,7 @@ func (d *Driver) Acquire(ctx context.Context, req backends.Request) (backends.Gr
 // clock for token's holder, after the expired holders are pruned. It never
 // re-creates an expired hold: that, or a hold owned by another token, is
 // ErrNotHeld, and no other holder is touched.
-func (d *Driver) Refresh(ctx context.Context, key, token string, ttl time.Duration) error {
+func (d *driver) Refresh(ctx context.Context, key, token string, ttl time.Duration) error {
 	if d.closed.Load() {
 		return backends.ErrClosed
 	}
@@ -142,7 +159,7 @@ func (d *Driver) Refresh(ctx context.Context, key, token string, ttl time.Durati
 // for backends.HandOver, and a lock with nobody in its line is released
 // without a notice (nobody waits for it). A hold that expired or belongs to another
 // token is reported as ErrNotHeld, and no other hold is touched.
-func (d *Driver) Release(ctx context.Context, key, token string) error {
+func (d *driver) Release(ctx context.Context, key, token string) error {
 	if d.closed.Load() {
 		return backends.ErrClosed
 	}
@@ -152,7 +169,7 @@ func (d *Driver) Release(ctx context.Context, key, token string) error {
 // Holder reports the value stored with key's hold and its remaining TTL as
 // the server reports it, or ErrNotHeld when nobody holds key. For a
 // semaphore it reports the live holder that expires last.
-func (d *Driver) Holder(ctx context.Context, key string) (backends.HolderInfo, error) {
+func (d *driver) Holder(ctx context.Context, key string) (backends.HolderInfo, error) {
 	if d.closed.Load() {
 		return backends.HolderInfo{}, backends.ErrClosed
 	}
@@ -165,7 +182,7 @@ func (d *Driver) Holder(ctx context.Context, key string) (backends.HolderInfo, e
 // one pub/sub connection (dialed on first use, within ctx), without waiting
 // for the server to confirm it: a release in the next instant may go
 // unnoticed. The caller must Close the subscription.
-func (d *Driver) WatchReleases(ctx context.Context, key string) (backends.Subscription, error) {
+func (d *driver) WatchReleases(ctx context.Context, key string) (backends.Subscription, error) {
 	if d.closed.Load() {
 		return nil, backends.ErrClosed
 	}
@@ -175,7 +192,7 @@ func (d *Driver) WatchReleases(ctx context.Context, key string) (backends.Subscr
 
 // wrap turns a node's *LimitError into backends.LimitMismatch, and marks an
 // error caused by a concurrent Close as ErrClosed as well.
-func (d *Driver) wrap(err error) error {
+func (d *driver) wrap(err error) error {
 	if err == nil {
 		return nil
 	}
@@ -195,7 +212,7 @@ func (d *Driver) wrap(err error) error {
 // from a URL; a client passed to New is left open. Holds are left to expire
 // on the server. Later calls return ErrClosed. Close is idempotent and
 // returns the first call's result.
-func (d *Driver) Close() error {
+func (d *driver) Close() error {
 	d.closeOnce.Do(func() {
 		d.closed.Store(true)
 		d.notify.Close()
@@ -209,7 +226,7 @@ func (d *Driver) Close() error {
 // Leave takes waiter out of key's line; if the lock was kept for waiter,
 // it goes to the next live waiter in line (or is freed) and waiters are
 // told.
-func (d *Driver) Leave(ctx context.Context, key, waiter string) error {
+func (d *driver) Leave(ctx context.Context, key, waiter string) error {
 	if d.closed.Load() {
 		return backends.ErrClosed
 	}

@@ -27,7 +27,7 @@ func TestMain(m *testing.M) { backendtest.Main(m) }
 func newDriver(t *testing.T, srv *redistest.Server, opts *redis.Options) (*redis.Driver, *goredis.Client) {
 	t.Helper()
 	client := srv.NewClient(t)
-	d, err := redis.New(client, opts)
+	d, err := redis.NewDriver(client, opts)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -40,7 +40,7 @@ func req(key, token string, ttl time.Duration) backends.Request {
 }
 
 func TestNewNilClient(t *testing.T) {
-	_, err := redis.New(nil, nil)
+	_, err := redis.NewDriver(nil, nil)
 	var ie *backends.InvalidError
 	if !errors.As(err, &ie) || ie.Field != "client" {
 		t.Fatalf("New(nil) = %v, want *InvalidError for client", err)
@@ -53,7 +53,7 @@ func TestNewRefusesRing(t *testing.T) {
 	srv := redistest.Start(t, nil)
 	ring := goredis.NewRing(&goredis.RingOptions{Addrs: map[string]string{"a": srv.Addr()}})
 	defer ring.Close()
-	d, err := redis.New(ring, nil)
+	d, err := redis.NewDriver(ring, nil)
 	if err == nil {
 		_ = d.Close()
 		t.Fatal("New accepted a *goredis.Ring")
@@ -71,7 +71,7 @@ func TestNewBadPrefix(t *testing.T) {
 	client := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:1"})
 	defer client.Close()
 	for _, p := range []string{"a{", "}", "x{y}"} {
-		_, err := redis.New(client, &redis.Options{Prefix: p})
+		_, err := redis.NewDriver(client, &redis.Options{Prefix: p})
 		var ie *backends.InvalidError
 		if !errors.As(err, &ie) || ie.Field != "prefix" {
 			t.Errorf("New with prefix %q = %v, want *InvalidError for prefix", p, err)
@@ -84,7 +84,7 @@ func TestNewBadPrefix(t *testing.T) {
 func TestInvalidBeforeIO(t *testing.T) {
 	client := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
 	defer client.Close()
-	d, err := redis.New(client, nil)
+	d, err := redis.NewDriver(client, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +132,7 @@ func TestInvalidBeforeIO(t *testing.T) {
 func TestCapabilities(t *testing.T) {
 	client := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:1"})
 	defer client.Close()
-	d, err := redis.New(client, nil)
+	d, err := redis.NewDriver(client, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -400,8 +400,8 @@ func TestLayout(t *testing.T) {
 	if want := []string{fence, "app:{job}"}; fmt.Sprint(keys) != fmt.Sprint(want) {
 		t.Errorf("KEYS * = %q, want %q", keys, want)
 	}
-	if v := client.Get(ctx, "app:{job}").Val(); v != "tok\nv" {
-		t.Errorf("GET app:{job} = %q, want %q", v, "tok\nv")
+	if v, want := client.Get(ctx, "app:{job}").Val(), fmt.Sprintf("tok\t%d\nv", g.Fence); v != want {
+		t.Errorf("GET app:{job} = %q, want %q (token, fence, value)", v, want)
 	}
 	if n, _ := client.Get(ctx, fence).Uint64(); n != g.Fence {
 		t.Errorf("GET %s = %d, want the grant's fence %d", fence, n, g.Fence)
@@ -551,7 +551,7 @@ func TestContextBoundsCalls(t *testing.T) {
 func TestClusterKeyStartingWithBrace(t *testing.T) {
 	client := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}})
 	defer client.Close()
-	d, err := redis.New(client, nil)
+	d, err := redis.NewDriver(client, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

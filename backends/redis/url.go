@@ -9,7 +9,6 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/dsync-dev/dsync"
 	"github.com/dsync-dev/dsync/backends"
 	"github.com/dsync-dev/dsync/internal/redisnode"
 )
@@ -19,14 +18,14 @@ import (
 const probeTimeout = 5 * time.Second
 
 func init() {
-	dsync.Register(dsync.Scheme{
+	backends.Register(backends.Scheme{
 		Name:       "redis",
 		Summary:    "one Redis server by its address (Sentinel and Cluster: redis.New over your go-redis client): efficiency-grade locks and semaphores with fencing",
 		Example:    "redis://:password@localhost:6379/0?prefix=myapp:",
 		Options:    urlOptions(false),
 		OpenDriver: openURL,
 	})
-	dsync.Register(dsync.Scheme{
+	backends.Register(backends.Scheme{
 		Name:       "rediss",
 		Summary:    "one Redis server over TLS: efficiency-grade locks and semaphores with fencing",
 		Example:    "rediss://user:password@redis.example.com:6380/0",
@@ -38,8 +37,8 @@ func init() {
 // urlOptions documents the query options the redis schemes accept: prefix,
 // which is dsync's, and the go-redis connection options that
 // goredis.ParseURL reads.
-func urlOptions(tls bool) []dsync.OptionDoc {
-	opts := []dsync.OptionDoc{
+func urlOptions(tls bool) []backends.OptionDoc {
+	opts := []backends.OptionDoc{
 		{Name: "prefix", Default: DefaultPrefix, Doc: "prefix of every Redis key and channel dsync uses; no { or }"},
 		{Name: "db", Default: "0, or the URL path /N", Doc: "database number (overrides the path)"},
 		{Name: "protocol", Default: "3", Doc: "RESP protocol version, 2 or 3"},
@@ -60,21 +59,21 @@ func urlOptions(tls bool) []dsync.OptionDoc {
 		{Name: "conn_max_lifetime", Default: "0 (no limit)", Doc: "close connections this old"},
 	}
 	if tls {
-		opts = append(opts, dsync.OptionDoc{Name: "skip_verify", Default: "false", Doc: "skip TLS certificate verification (testing only)"})
+		opts = append(opts, backends.OptionDoc{Name: "skip_verify", Default: "false", Doc: "skip TLS certificate verification (testing only)"})
 	}
 	return opts
 }
 
 // openURL opens a driver for redis://[user:password@]host[:port][/db][?opts]
 // (or rediss://) and probes the server with PING within ctx. The host is
-// checked first (dsync.HostPort: the port defaults to 6379; an IPv6
+// checked first (backends.HostPort: the port defaults to 6379; an IPv6
 // address needs brackets), before any dial. dsync.Open has already
 // rejected options not in urlOptions.
-func openURL(ctx context.Context, u *url.URL, _ dsync.Telemetry) (backends.Driver, error) {
+func openURL(ctx context.Context, u *url.URL, _ backends.Telemetry) (backends.Driver, error) {
 	if u.Host == "" {
 		return nil, backends.Invalid("url", "no host: want %s://host:6379 (an empty host does not mean localhost)", u.Scheme)
 	}
-	if _, err := dsync.HostPort(u.Host, "6379"); err != nil {
+	if _, err := backends.HostPort(u.Host, "6379"); err != nil {
 		return nil, err
 	}
 	q := u.Query()
@@ -90,7 +89,7 @@ func openURL(ctx context.Context, u *url.URL, _ dsync.Telemetry) (backends.Drive
 	}
 	// What is left after dsync's own options is go-redis's to parse.
 	q.Del("prefix")
-	for _, o := range dsync.CommonOptions {
+	for _, o := range backends.CommonOptions() {
 		q.Del(o.Name)
 	}
 	rest := *u

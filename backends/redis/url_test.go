@@ -14,6 +14,7 @@ import (
 	"github.com/dsync-dev/dsync"
 	"github.com/dsync-dev/dsync/backends"
 	"github.com/dsync-dev/dsync/backends/backendtest"
+	"github.com/dsync-dev/dsync/internal/lease"
 	"github.com/dsync-dev/dsync/internal/testenv/redistest"
 	"github.com/dsync-dev/dsync/internal/testenv/testutil"
 )
@@ -37,7 +38,7 @@ func openAndUse(t *testing.T, rawURL, key string) *dsync.Backend {
 		t.Fatalf("Open(%s): %v", rawURL, err)
 	}
 	t.Cleanup(func() { _ = b.Close() })
-	if _, err := b.Driver().Acquire(ctx, req(key, "tok", time.Minute)); err != nil {
+	if _, err := lease.Driver(b).Acquire(ctx, req(key, "tok", time.Minute)); err != nil {
 		t.Fatalf("Acquire through %s: %v", rawURL, err)
 	}
 	return b
@@ -63,8 +64,8 @@ func TestOpenURL(t *testing.T) {
 		if !exists(0, "dsync:{plain}") {
 			t.Error("hold not in db 0 under the default prefix")
 		}
-		if b.Driver().Capabilities().Name != "redis" {
-			t.Errorf("driver %q", b.Driver().Capabilities().Name)
+		if lease.Driver(b).Capabilities().Name != "redis" {
+			t.Errorf("driver %q", lease.Driver(b).Capabilities().Name)
 		}
 	})
 	t.Run("db path", func(t *testing.T) {
@@ -94,7 +95,7 @@ func TestOpenURL(t *testing.T) {
 		if err := b.Close(); err != nil {
 			t.Fatalf("Close: %v", err)
 		}
-		if _, err := b.Driver().Holder(ctx, "closing"); !errors.Is(err, backends.ErrClosed) {
+		if _, err := lease.Driver(b).Holder(ctx, "closing"); !errors.Is(err, backends.ErrClosed) {
 			t.Errorf("Holder after Close = %v, want ErrClosed", err)
 		}
 	})
@@ -199,7 +200,7 @@ func TestWritesNothingToStderr(t *testing.T) {
 			t.Fatalf("Open(%s): %v", srv.URL(), err)
 		}
 		defer b.Close()
-		d := b.Driver()
+		d := lease.Driver(b)
 		if err := srv.Kill(); err != nil {
 			t.Fatal(err)
 		}

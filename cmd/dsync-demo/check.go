@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/dsync-dev/dsync"
 	"github.com/dsync-dev/dsync/internal/testenv/proc"
 	"github.com/dsync-dev/dsync/internal/testenv/redistest"
 	"github.com/dsync-dev/dsync/internal/torture"
@@ -71,7 +70,7 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		if code != exitOK {
 			return code
 		}
-		name := dsync.RedactURL(url)
+		name := b.String() // the URL, its password redacted
 		b.Close()
 		targets = []torture.Target{{Name: name, URL: url}}
 	} else {

@@ -4,13 +4,13 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/url"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/dsync-dev/dsync"
 	"github.com/dsync-dev/dsync/locker"
-	"github.com/dsync-dev/dsync/redlock"
 	"github.com/dsync-dev/dsync/semaphore"
 )
 
@@ -123,7 +123,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	)
 	if url != "" {
 		scheme, _, _ := strings.Cut(url, ":")
-		stages = []stage{{name: scheme, heading: dsync.RedactURL(url), url: url}}
+		stages = []stage{{name: scheme, heading: redacted(url), url: url}}
 	} else {
 		fmt.Fprintln(stdout, "dsync-demo: locks, semaphores and leader election on single Redis, Redlock and etcd, under faults, on servers started here")
 		skipped = ensureRedis(ctx, stdout, *noInstall)
@@ -247,12 +247,11 @@ func runStage(ctx context.Context, b *dsync.Backend, st stage, cfg demoConfig, s
 // waitQuarantine waits out the restart quarantine of freshly started
 // Redlock masters (usually over by the time the story reaches Redlock).
 func waitQuarantine(ctx context.Context, b *dsync.Backend, s *story) error {
-	d, ok := b.Driver().(*redlock.Driver)
-	if !ok || d.QuarantineCheck(time.Now()) == nil {
+	if !anyQuarantined(ctx, b) {
 		return nil
 	}
 	start := time.Now()
-	for d.QuarantineCheck(time.Now()) != nil {
+	for anyQuarantined(ctx, b) {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -261,6 +260,22 @@ func waitQuarantine(ctx context.Context, b *dsync.Backend, s *story) error {
 	}
 	s.say("the masters started less than max_ttl (%v) ago, so none voted yet: waited %v", demoMaxTTL, roundDur(time.Since(start)))
 	return nil
+}
+
+// anyQuarantined reports whether b's health report has a node in restart
+// quarantine (only Redlock's nodes ever are).
+func anyQuarantined(ctx context.Context, b *dsync.Backend) bool {
+	h, err := b.Health(ctx)
+	if err != nil {
+		return false
+	}
+	now := time.Now()
+	for _, n := range h.Nodes {
+		if n.QuarantinedUntil.After(now) {
+			return true
+		}
+	}
+	return false
 }
 
 // printSummary prints the table of the backends and reports whether every
@@ -319,4 +334,16 @@ func roundDur(d time.Duration) time.Duration {
 		return d.Round(100 * time.Microsecond)
 	}
 	return d.Round(10 * time.Microsecond)
+}
+
+// redacted is rawURL with its password hidden, for a heading printed before
+// the backend is opened (a *dsync.Backend's String redacts secret query
+// options too).
+func redacted(rawURL string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		scheme, _, _ := strings.Cut(rawURL, ":")
+		return scheme + "://(unparsable URL)"
+	}
+	return u.Redacted()
 }

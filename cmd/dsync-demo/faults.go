@@ -12,7 +12,6 @@ import (
 	"github.com/dsync-dev/dsync/internal/testenv/etcdtest"
 	"github.com/dsync-dev/dsync/internal/testenv/redistest"
 	"github.com/dsync-dev/dsync/locker"
-	"github.com/dsync-dev/dsync/redlock"
 )
 
 // staleWrite shows what fencing is for: w1 holds the lock and "pauses"
@@ -141,10 +140,9 @@ func redisFaults(srv *redistest.Server) func(context.Context, *dsync.Backend, *s
 // passed; meanwhile two voters are below quorum and nothing is granted.
 func redlockFaults(masters []*redistest.Server) func(context.Context, *dsync.Backend, *story, *backendReport) {
 	return func(ctx context.Context, b *dsync.Backend, s *story, r *backendReport) {
-		d, ok := b.Driver().(*redlock.Driver)
 		l, err := locker.New(b, "demo/faults", &locker.Options{TTL: demoTTL})
-		if !ok || err != nil {
-			r.check("Redlock faults", false, fmt.Sprintf("not a Redlock backend, or %v", err))
+		if err != nil {
+			r.check("Redlock faults", false, err.Error())
 			return
 		}
 		for _, i := range []int{3, 4} {
@@ -174,7 +172,7 @@ func redlockFaults(masters []*redistest.Server) func(context.Context, *dsync.Bac
 			deadline           = restarted.Add(demoMaxTTL + 5*time.Second)
 		)
 		for time.Now().Before(deadline) && ctx.Err() == nil {
-			qBefore := quarantined(d, restartedNode)
+			qBefore := quarantined(ctx, b, restartedNode)
 			if qBefore && !seen {
 				seen = true
 				s.say("  node %d quarantined: 2 of 5 vote, below quorum 3, so acquisitions are refused", restartedNode)
@@ -188,7 +186,7 @@ func redlockFaults(masters []*redistest.Server) func(context.Context, *dsync.Bac
 				time.Sleep(100 * time.Millisecond)
 				continue
 			}
-			if qBefore && quarantined(d, restartedNode) {
+			if qBefore && quarantined(ctx, b, restartedNode) {
 				unsafe = append(unsafe, fmt.Sprintf("token %d granted while node %d was quarantined", lease.Token(), restartedNode))
 			}
 			_ = lease.Release(ctx)
@@ -209,20 +207,11 @@ func redlockFaults(masters []*redistest.Server) func(context.Context, *dsync.Bac
 	}
 }
 
-// quarantined reports whether d counts node i as in restart quarantine.
-func quarantined(d *redlock.Driver, i int) bool {
-	err := d.QuarantineCheck(time.Now())
-	var merr interface{ WrappedErrors() []error }
-	if !errors.As(err, &merr) {
-		return false
-	}
-	for _, e := range merr.WrappedErrors() {
-		var ne *redlock.NodeError
-		if errors.As(e, &ne) && ne.Index == i && errors.Is(ne, redlock.ErrQuarantined) {
-			return true
-		}
-	}
-	return false
+// quarantined reports whether b's health report has node i in restart
+// quarantine.
+func quarantined(ctx context.Context, b *dsync.Backend, i int) bool {
+	h, err := b.Health(ctx)
+	return err == nil && i < len(h.Nodes) && h.Nodes[i].QuarantinedUntil.After(time.Now())
 }
 
 // etcdFaults kills the member that leads the raft group: the other two

@@ -232,8 +232,8 @@ func (e *e2e) testLeaderJSON(t *testing.T) {
 	}
 	r = runWith(t, e.bin, env, "leader", "--json", "e2e-elect")
 	var one leaderLine
-	if err := json.Unmarshal([]byte(r.stdout), &one); err != nil || r.code != exitOK || one.Leader == nil || *one.Leader != "node-x" {
-		t.Errorf("leader --json: exit %d, stdout %q (%v)", r.code, r.stdout, err)
+	if err := json.Unmarshal([]byte(r.stdout), &one); err != nil || r.code != exitOK || one.Leader == nil || *one.Leader != "node-x" || one.Term == 0 {
+		t.Errorf("leader --json: exit %d, stdout %q (%v); want node-x and its term", r.code, r.stdout, err)
 	}
 	// SIGTERM: the command ends, dsync resigns, and the watch sees it.
 	if err := cand.cmd.Process.Signal(syscall.SIGTERM); err != nil {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dsync-dev/dsync"
+	"github.com/dsync-dev/dsync/backends"
 )
 
 func healthFlags() *cmdFlags {
@@ -51,7 +52,7 @@ func runHealth(ctx context.Context, args []string, io stdio) int {
 	var rawURL string
 	c.url(&rawURL)
 	asJSON := c.Bool("json", false, "print one JSON object")
-	timeout := c.Duration("timeout", dsync.DefaultHealthTimeout, "bound on opening the backend and probing its servers")
+	timeout := c.Duration("timeout", 5*time.Second, "bound on opening the backend and probing its servers")
 	p, code, ok := c.parse(args, io)
 	if !ok {
 		return code
@@ -69,7 +70,7 @@ func runHealth(ctx context.Context, args []string, io stdio) int {
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
 	scrub := secretsScrubber(rawURL)
-	report := healthReport{Backend: dsync.RedactURL(rawURL), Nodes: []healthNode{}}
+	report := healthReport{Backend: backends.RedactURL(rawURL), Nodes: []healthNode{}}
 	b, err := dsync.Open(ctx, rawURL)
 	switch {
 	case errors.Is(err, dsync.ErrInvalid) || errors.Is(err, dsync.ErrUnknownScheme):
@@ -142,7 +143,7 @@ func printHealth(w io.Writer, r healthReport) {
 }
 
 // secretsScrubber returns a function that replaces the URL's password and
-// secret option values (those dsync.RedactURL hides) in a message, in
+// secret option values (those backends.RedactURL hides) in a message, in
 // case a server or client echoes one.
 func secretsScrubber(rawURL string) func(string) string {
 	var secrets []string
@@ -150,16 +151,13 @@ func secretsScrubber(rawURL string) func(string) string {
 		if p, ok := u.User.Password(); ok && p != "" {
 			secrets = append(secrets, p)
 		}
-		if r, err := url.Parse(dsync.RedactURL(rawURL)); err == nil {
-			redacted := r.Query()
-			for k, vs := range u.Query() {
-				if redacted.Get(k) != "xxxxx" {
-					continue
-				}
-				for _, v := range vs {
-					if v != "" {
-						secrets = append(secrets, v)
-					}
+		for k, vs := range u.Query() {
+			if !backends.IsSecretOption(k) {
+				continue
+			}
+			for _, v := range vs {
+				if v != "" {
+					secrets = append(secrets, v)
 				}
 			}
 		}

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/dsync-dev/dsync"
-	"github.com/dsync-dev/dsync/backends"
 	"github.com/dsync-dev/dsync/locker"
 )
 
@@ -56,22 +55,14 @@ func runHolder(ctx context.Context, args []string, io stdio) int {
 		return code
 	}
 	defer b.Close()
-	var (
-		info backends.HolderInfo
-		err  error
-	)
-	if *size == 1 {
-		l, lerr := locker.New(b, name, nil)
-		if lerr != nil {
-			fmt.Fprintf(io.err, "dsync holder: %s\n", oneLine(lerr))
-			return exitUsage
-		}
-		info, err = l.Holder(ctx)
-	} else {
-		// The semaphore package offers no Holder; the driver's reports the
-		// permit that expires last.
-		info, err = b.Driver().Holder(ctx, name)
+	// A locker's Holder reads whatever holds its key: for a semaphore's
+	// name, the permit that expires last.
+	l, err := locker.New(b, name, nil)
+	if err != nil {
+		fmt.Fprintf(io.err, "dsync holder: %s\n", oneLine(err))
+		return exitUsage
 	}
+	info, err := l.Holder(ctx)
 	held := err == nil
 	if err != nil && !errors.Is(err, dsync.ErrNotHeld) {
 		fmt.Fprintf(io.err, "dsync holder: %s\n", oneLine(err))

@@ -19,13 +19,14 @@ const watchInterval = 200 * time.Millisecond
 func leaderFlags() *cmdFlags {
 	return newFlags("leader", "usage: dsync leader NAME [--watch] [--json] [flags]", `
 Prints the current leader of the election NAME (its candidate ID), or "no leader". With --watch, reads
-the leader every --interval and at once on the backend's release notice, and prints each leader a read
-finds that differs from the last one printed ("no leader" included), with a timestamp, until
+the leader every --interval and at once on the backend's release notice, and prints each leader or term
+a read finds that differs from the last one printed ("no leader" included), with a timestamp, until
 interrupted: a resignation shows at once, another change within --interval. A term shorter than
---interval may go unseen, and a leader that resigned and won again between two reads shows once.
+--interval may go unseen; a leader that resigned and won again between two reads shows again if the
+backend has fencing (its term changed), else once.
 
-With --json, each line is one JSON object: {"election":NAME,"leader":ID or null,"time":RFC 3339}.
-The term (fencing token) is not shown: the library reports the leader's ID only.`,
+With --json, each line is one JSON object: {"election":NAME,"leader":ID or null,"term":T,"time":RFC
+3339}, where T is the leader's term (its fencing token; 0 on a backend without fencing).`,
 		`  0  a leader was printed (--watch: interrupted)
   1  the leader could not be read
   2  usage error, bad URL or backend unreachable
@@ -36,6 +37,7 @@ The term (fencing token) is not shown: the library reports the leader's ID only.
 type leaderLine struct {
 	Election string  `json:"election"`
 	Leader   *string `json:"leader"` // null: no leader
+	Term     uint64  `json:"term"`   // 0: no leader, or no fencing
 	Time     string  `json:"time"`
 }
 
@@ -68,34 +70,35 @@ func runLeader(ctx context.Context, args []string, io stdio) int {
 		fmt.Fprintf(io.err, "dsync leader: %s\n", oneLine(err))
 		return exitUsage
 	}
-	show := func(id string) {
-		printLeader(io.out, name, id, *asJSON, *watch)
+	show := func(li dsync.LeaderInfo) {
+		printLeader(io.out, name, li, *asJSON, *watch)
 	}
 	if !*watch {
-		id, err := e.Leader(ctx)
+		li, err := e.Leader(ctx)
 		switch {
 		case errors.Is(err, dsync.ErrNoLeader):
-			show("")
+			show(dsync.LeaderInfo{})
 			return exitNoLeader
 		case err != nil:
 			fmt.Fprintf(io.err, "dsync leader: %s\n", oneLine(err))
 			return exitFail
 		}
-		show(id)
+		show(li)
 		return exitOK
 	}
-	for info := range e.Observe(ctx) {
-		show(info.ID)
+	for li := range e.Observe(ctx) {
+		show(li)
 	}
 	return exitOK
 }
 
-// printLeader prints one line: the leader's ID or "no leader" (id empty),
-// after a timestamp when stamped, or as JSON.
-func printLeader(w io.Writer, name, id string, asJSON, stamped bool) {
+// printLeader prints one line: the leader's ID or "no leader" (li.ID
+// empty), after a timestamp when stamped, or as JSON with the term.
+func printLeader(w io.Writer, name string, li dsync.LeaderInfo, asJSON, stamped bool) {
 	now := time.Now()
+	id := li.ID
 	if asJSON {
-		line := leaderLine{Election: name, Time: now.Format(time.RFC3339Nano)}
+		line := leaderLine{Election: name, Term: li.Term, Time: now.Format(time.RFC3339Nano)}
 		if id != "" {
 			line.Leader = &id
 		}

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/dsync-dev/dsync"
+	"github.com/dsync-dev/dsync/backends"
 )
 
 func runURLHelp(_ context.Context, args []string, std stdio) int {
@@ -18,14 +18,14 @@ func runURLHelp(_ context.Context, args []string, std stdio) int {
 		return c.usageError(std.err, "dsync url-help takes no arguments")
 	}
 	fmt.Fprintln(std.out, "Backend URLs (--url or $DSYNC_URL):")
-	for _, s := range dsync.Schemes() {
+	for _, s := range backends.Schemes() {
 		fmt.Fprintf(std.out, "\n  %s://  %s\n      e.g. %s\n", s.Name, s.Summary, s.Example)
 		for _, o := range s.Options {
 			printOption(std.out, o)
 		}
 	}
 	fmt.Fprintln(std.out, "\n  Options every scheme accepts:")
-	for _, o := range dsync.CommonOptions {
+	for _, o := range backends.CommonOptions() {
 		printOption(std.out, o)
 	}
 	fmt.Fprintln(std.out, "\n  Hosts: host:port, an IPv6 address in brackets ([::1]:6379); a port is 1..65535.")
@@ -34,7 +34,7 @@ func runURLHelp(_ context.Context, args []string, std stdio) int {
 	return exitOK
 }
 
-func printOption(w io.Writer, o dsync.OptionDoc) {
+func printOption(w io.Writer, o backends.OptionDoc) {
 	def := ""
 	if o.Default != "" {
 		def = " (default " + o.Default + ")"

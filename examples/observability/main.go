@@ -1,8 +1,8 @@
 // Observability: dsync's metrics through the OpenTelemetry SDK and a
 // Prometheus exporter, its spans to stdout, its warnings and notices to a
-// slog logger. It runs contended locks, a semaphore, a lease lost behind
-// its holder's back and a leader election with a hand-over, then prints
-// the backend's health and what a dashboard would show.
+// slog logger. It runs contended locks, a semaphore, a lease lost by a
+// holder that stalled past its TTL and a leader election with a hand-over,
+// then prints the backend's health and what a dashboard would show.
 //
 //	go run ./examples/observability                       # memory backend
 //	go run ./examples/observability -url redis://127.0.0.1:6379
@@ -172,7 +172,7 @@ func contend(ctx context.Context, b *dsync.Backend, c config) error {
 			}
 		})
 		wg.Go(func() {
-			errs <- semaphore.Do(ctx, s, func(ctx context.Context) error { return sleep(ctx, c.holdFor) })
+			errs <- dsync.Do(ctx, s, func(ctx context.Context) error { return sleep(ctx, c.holdFor) })
 		})
 	}
 	wg.Wait()
@@ -185,11 +185,11 @@ func contend(ctx context.Context, b *dsync.Backend, c config) error {
 	return nil
 }
 
-// loseOne takes a lock and removes its hold behind its back, as an
-// operator's DEL would: the next extension finds it gone, and the lease
-// is lost (a warning, dsync_lease_lost_total{dsync_lease_cause="gone"}).
+// loseOne takes a lock and stalls past its TTL without extending it, as a
+// holder paused by its machine would: the lease's validity runs out, and
+// it is lost (a warning, dsync_lease_lost_total{dsync_lease_cause="expired"}).
 func loseOne(ctx context.Context, b *dsync.Backend) error {
-	l, err := locker.New(b, "cleanup", &locker.Options{TTL: 600 * time.Millisecond})
+	l, err := locker.New(b, "cleanup", &locker.Options{TTL: 300 * time.Millisecond})
 	if err != nil {
 		return err
 	}
@@ -197,12 +197,7 @@ func loseOne(ctx context.Context, b *dsync.Backend) error {
 	if err != nil {
 		return err
 	}
-	lease.AutoExtend()
-	token := lease.(interface{ HoldToken() string }).HoldToken()
-	if err := b.Driver().Release(ctx, "cleanup", token); err != nil {
-		return err
-	}
-	select {
+	select { // the stall: no extension, and no work done past the validity
 	case <-lease.Done():
 	case <-ctx.Done():
 	}

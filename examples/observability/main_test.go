@@ -30,7 +30,7 @@ func TestDashboard(t *testing.T) {
 		"health of memory://example-test: ok=true",
 		"dsync_acquire_duration_seconds (histogram)", "dsync_acquire_wait_seconds (histogram)", "dsync_acquire_attempts (histogram)",
 		"dsync_lease_hold_duration_seconds (histogram)", "dsync_lease_extensions_total (counter)", "dsync_lease_active (gauge)",
-		"dsync_lease_cause=gone", "dsync_election_leader (gauge)", "dsync_election_change=won", "dsync_election_change=observed",
+		"dsync_lease_cause=expired", "dsync_election_leader (gauge)", "dsync_election_change=won", "dsync_election_change=observed",
 		"dsync_election_failover_duration_seconds (histogram)", "dsync_key=nightly-report", "dsync_primitive=semaphore",
 	} {
 		if !strings.Contains(out.String(), want) {

@@ -78,7 +78,7 @@ func work(ctx context.Context, url string, id, size, jobs int) error {
 		return err
 	}
 	for job := range jobs {
-		err := semaphore.Do(ctx, sem, func(ctx context.Context) error {
+		err := dsync.Do(ctx, sem, func(ctx context.Context) error {
 			fmt.Printf("start %d %d %d\n", id, job, time.Now().UnixNano())
 			defer func() { fmt.Printf("done %d %d %d\n", id, job, time.Now().UnixNano()) }()
 			select { // the job: 300ms of work, stopped if the permit is lost
@@ -101,7 +101,12 @@ func pool(ctx context.Context, url string, workers, size, jobs int) error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("%d workers, %d jobs each, at most %d at once, on %s\n", workers, jobs, size, dsync.RedactURL(url))
+	b, err := dsync.Open(ctx, url) // fails early if the backend is out of reach
+	if err != nil {
+		return err
+	}
+	fmt.Printf("%d workers, %d jobs each, at most %d at once, on %s\n", workers, jobs, size, b) // the URL, its password redacted
+	_ = b.Close()
 	type event struct {
 		at    int64 // the worker's clock reading (one machine, one clock)
 		start bool

@@ -10,13 +10,13 @@ import (
 
 	"github.com/dsync-dev/dsync"
 	"github.com/dsync-dev/dsync/backends"
-	"github.com/dsync-dev/dsync/backends/memory"
+	"github.com/dsync-dev/dsync/internal/testenv/testutil"
 )
 
 // scriptedDriver is a memory driver whose calls can be replaced, and
 // counted.
 type scriptedDriver struct {
-	*memory.Driver
+	backends.Driver
 	calls   atomic.Int32
 	acquire func(ctx context.Context, req backends.Request) (backends.Grant, error)
 	release func(ctx context.Context, key, token string) error
@@ -47,7 +47,7 @@ func (d *scriptedDriver) WatchReleases(ctx context.Context, key string) (backend
 // returns at once, with no call to the driver (no attempt, no clean-up),
 // and an error matching both ErrNotAcquired and ctx's error.
 func TestDoneContextSendsNothing(t *testing.T) {
-	d := &scriptedDriver{Driver: memory.New(nil)}
+	d := &scriptedDriver{Driver: testutil.MemoryDriver(t, nil)}
 	c := testConfig(t, d, "k", nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -76,7 +76,7 @@ func TestCleanUpBoundedByCallerDeadline(t *testing.T) {
 		var releasedFor time.Duration
 		start := time.Now()
 		d := &scriptedDriver{
-			Driver: memory.New(nil),
+			Driver: testutil.MemoryDriver(t, nil),
 			acquire: func(context.Context, backends.Request) (backends.Grant, error) {
 				cancel() // the caller gives up while the reply is lost
 				return backends.Grant{}, errors.New("reply lost")
@@ -104,7 +104,7 @@ func TestCleanUpBoundedByCallerDeadline(t *testing.T) {
 // comes returns an error matching a dsync sentinel (ErrNotHeld: the lease
 // has ended here) and the context's error.
 func TestReleaseWithLostReplyMatchesSentinel(t *testing.T) {
-	d := &scriptedDriver{Driver: memory.New(nil)}
+	d := &scriptedDriver{Driver: testutil.MemoryDriver(t, nil)}
 	c := testConfig(t, d, "k", nil)
 	ctx := context.Background()
 	l, err := c.TryAcquire(ctx)
@@ -129,7 +129,7 @@ func TestTryAcquireFailureMatchesSentinel(t *testing.T) {
 	lost := errors.New("reply lost")
 	silent := false
 	d := &scriptedDriver{
-		Driver: memory.New(nil),
+		Driver: testutil.MemoryDriver(t, nil),
 		acquire: func(ctx context.Context, _ backends.Request) (backends.Grant, error) {
 			if silent {
 				// A server that does not answer, and an error worded as

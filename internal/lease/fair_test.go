@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/dsync-dev/dsync/backends"
-	"github.com/dsync-dev/dsync/backends/memory"
 	"github.com/dsync-dev/dsync/internal/testenv/testutil"
 	"github.com/dsync-dev/dsync/locker"
 )
@@ -35,7 +34,7 @@ func (d noLine) Acquire(ctx context.Context, req backends.Request) (backends.Gra
 func TestLocalWaitersServedInTurn(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		b := testutil.NewBackend(t, noLine{memory.New(nil)})
+		b := testutil.NewBackend(t, noLine{testutil.MemoryDriver(t, nil)})
 		l, err := locker.New(b, "k", &locker.Options{TTL: 10 * time.Second})
 		if err != nil {
 			t.Fatal(err)

@@ -17,7 +17,7 @@
 // Every goroutine started here (auto-extension) is stopped and awaited by
 // Release; a lease lost or released leaves nothing running. A failed
 // Acquire leaves nothing held. The run-while-held helper is
-// dsync.RunLeased, in the root package, which cannot import this one.
+// internal/leased, below the root package, whose Do uses it too.
 package lease
 
 import (
@@ -99,8 +99,29 @@ func (l *Lease) Key() string { return l.key }
 // Token implements dsync.Lease.
 func (l *Lease) Token() uint64 { return l.fence }
 
-// HoldToken is the secret token that identifies the hold on the backend.
-func (l *Lease) HoldToken() string { return l.token }
+// HoldToken returns the secret token that identifies the hold of h on
+// the backend, and whether h has one: h is a lease of this package (one
+// of a lock or of a semaphore) or a leader.Leadership (see
+// LeadershipLease). It is for the tests and tools that act on a hold
+// below the lease layer; applications cannot reach it.
+func HoldToken(h any) (string, bool) {
+	switch h := h.(type) {
+	case *Lease:
+		return h.token, true
+	case dsync.Leadership:
+		if LeadershipLease != nil {
+			if l := LeadershipLease(h); l != nil {
+				return l.token, true
+			}
+		}
+	}
+	return "", false
+}
+
+// LeadershipLease returns the lease of a *leader.Leadership, or nil for
+// another value. Package leader, which this package cannot import, sets
+// it in its init.
+var LeadershipLease func(dsync.Leadership) *Lease
 
 // TTL is the time to live the backend granted.
 func (l *Lease) TTL() time.Duration { return l.ttl }

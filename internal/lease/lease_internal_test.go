@@ -10,7 +10,6 @@ import (
 
 	"github.com/dsync-dev/dsync"
 	"github.com/dsync-dev/dsync/backends"
-	"github.com/dsync-dev/dsync/backends/memory"
 	"github.com/dsync-dev/dsync/internal/testenv/leakcheck"
 	"github.com/dsync-dev/dsync/internal/testenv/testutil"
 	"github.com/dsync-dev/dsync/retry"
@@ -40,7 +39,7 @@ func testConfig(t *testing.T, d backends.Driver, key string, opts *Options) *Con
 func TestLateTimerStillReportsLoss(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := t.Context()
-		l, err := testConfig(t, memory.New(nil), "k", nil).Attempt(ctx)
+		l, err := testConfig(t, testutil.MemoryDriver(t, nil), "k", nil).Attempt(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -73,7 +72,7 @@ func TestLateTimerStillReportsLoss(t *testing.T) {
 func TestDoneClosesWhenValidityRunsOut(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := t.Context()
-		d := memory.New(nil)
+		d := testutil.MemoryDriver(t, nil)
 		early, err := testConfig(t, d, "early", nil).Attempt(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -113,7 +112,7 @@ func TestDoneClosesWhenValidityRunsOut(t *testing.T) {
 // releasingNotifier releases a hold as the waiter subscribes: the release
 // falls between the waiter's failed attempt and its subscription.
 type releasingNotifier struct {
-	*memory.Driver
+	backends.Driver
 	release func()
 }
 
@@ -128,7 +127,7 @@ func (n *releasingNotifier) WatchReleases(ctx context.Context, key string) (back
 func TestAcquireAttemptsAgainAfterSubscribing(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := t.Context()
-		d := memory.New(nil)
+		d := testutil.MemoryDriver(t, nil)
 		holder, err := testConfig(t, d, "k", nil).Attempt(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -152,7 +151,7 @@ func TestAcquireAttemptsAgainAfterSubscribing(t *testing.T) {
 
 // watchCounter counts subscriptions to release notices, and their Close.
 type watchCounter struct {
-	*memory.Driver
+	backends.Driver
 	watches, closes atomic.Int32
 }
 
@@ -179,7 +178,7 @@ func (s *countedSub) Close() { s.closes.Add(1); s.Subscription.Close() }
 func TestLineSharesSubscription(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := t.Context()
-		d := &watchCounter{Driver: memory.New(nil)}
+		d := &watchCounter{Driver: testutil.MemoryDriver(t, nil)}
 		slow, err := retry.NewConstant(&retry.ConstantOptions{Delay: time.Hour})
 		if err != nil {
 			t.Fatal(err)
@@ -231,7 +230,7 @@ func TestLineSharesSubscription(t *testing.T) {
 
 // hookedWatch runs hook as a waiter subscribes.
 type hookedWatch struct {
-	*memory.Driver
+	backends.Driver
 	hook func()
 }
 
@@ -258,7 +257,7 @@ func TestWaiterJoinsDuringSubscribe(t *testing.T) {
 			}
 			got <- l
 		}
-		d := &hookedWatch{Driver: memory.New(nil)}
+		d := &hookedWatch{Driver: testutil.MemoryDriver(t, nil)}
 		c := testConfig(t, d, "k", &Options{Retry: slow})
 		joined := false
 		d.hook = func() {
@@ -320,7 +319,7 @@ func (a *attemptCounter) Acquire(ctx context.Context, req backends.Request) (bac
 func TestIdleSubscriptionServesNextAcquire(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := t.Context()
-		d := &attemptCounter{watchCounter: &watchCounter{Driver: memory.New(nil)}}
+		d := &attemptCounter{watchCounter: &watchCounter{Driver: testutil.MemoryDriver(t, nil)}}
 		slow, err := retry.NewConstant(&retry.ConstantOptions{Delay: time.Hour})
 		if err != nil {
 			t.Fatal(err)

@@ -55,13 +55,13 @@ func newContenders(b *testing.B, url, key string, keep int) *contenders {
 		if err != nil {
 			b.Fatal(err)
 		}
-		counted := &attemptCount{Driver: opened.Driver()}
+		counted := &attemptCount{Driver: Driver(opened)}
 		be, err := dsync.NewBackend(counted, nil) // owns opened's driver
 		if err != nil {
 			b.Fatal(err)
 		}
 		b.Cleanup(func() { _ = be.Close() })
-		be.State(linesKey{}, func() any { return newLines(keep) })
+		State(be, linesKey{}, func() *lines { return newLines(keep) })
 		cfg, err := New(be, Lock, key, 1, &Options{TTL: 2 * time.Second})
 		if err != nil {
 			b.Fatal(err)

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/dsync-dev/dsync/backends"
-	"github.com/dsync-dev/dsync/backends/memory"
 	"github.com/dsync-dev/dsync/internal/testenv/testutil"
 	"github.com/dsync-dev/dsync/retry"
 )
@@ -83,7 +82,7 @@ func (r *waiterRecorder) take() (named, leaves []string) {
 func TestAcquireKeepsItsPlace(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := t.Context()
-		rec := &waiterRecorder{Driver: memory.New(nil)}
+		rec := &waiterRecorder{Driver: testutil.MemoryDriver(t, nil)}
 		slow, err := retry.NewConstant(&retry.ConstantOptions{Delay: time.Hour})
 		if err != nil {
 			t.Fatal(err)
@@ -157,7 +156,7 @@ func TestAcquireKeepsItsPlace(t *testing.T) {
 func TestHandedTurnStartsOutOfLine(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := t.Context()
-		rec := &waiterRecorder{Driver: memory.New(nil)}
+		rec := &waiterRecorder{Driver: testutil.MemoryDriver(t, nil)}
 		slow, err := retry.NewConstant(&retry.ConstantOptions{Delay: time.Hour})
 		if err != nil {
 			t.Fatal(err)

@@ -43,7 +43,7 @@ type Options struct {
 type Config struct {
 	Options
 	Backend *dsync.Backend
-	Driver  backends.Driver // Backend.Driver()
+	Driver  backends.Driver // the Backend's
 	Key     string
 	Limit   int
 
@@ -70,7 +70,8 @@ func New(b *dsync.Backend, kind Kind, key string, limit int, opts *Options) (*Co
 	if err := backends.CheckKey(key); err != nil {
 		return nil, err
 	}
-	caps := b.Driver().Capabilities()
+	d := Driver(b)
+	caps := d.Capabilities()
 	if limit <= 0 {
 		return nil, backends.Invalid("size", "%d is not positive", limit)
 	}
@@ -81,7 +82,7 @@ func New(b *dsync.Backend, kind Kind, key string, limit int, opts *Options) (*Co
 		return nil, backends.Invalid("size", "%d exceeds the %s backend's maximum of %d", limit, caps.Name, caps.MaxLimit)
 	}
 	o := Resolve(b, opts)
-	if err := b.Driver().CheckTTL(o.TTL); err != nil {
+	if err := d.CheckTTL(o.TTL); err != nil {
 		return nil, err
 	}
 	if len(o.Value) > backends.MaxValueSize {
@@ -116,9 +117,9 @@ func New(b *dsync.Backend, kind Kind, key string, limit int, opts *Options) (*Co
 		candidate = string(o.Value)
 	}
 	return &Config{
-		Options: o, Backend: b, Driver: b.Driver(), Key: key, Limit: limit,
+		Options: o, Backend: b, Driver: d, Key: key, Limit: limit,
 		lines: linesOf(b), ordered: limit == 1 && caps.Order != backends.NoOrder,
-		tel: telemetry.Of(b).Prim(kind, key, candidate),
+		tel: telemetryOf(b).Prim(kind, key, candidate),
 	}, nil
 }
 

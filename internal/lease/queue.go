@@ -17,7 +17,7 @@ import (
 // their predecessor. Contention between processes is still settled by the
 // backend, with jittered retry and release notices.
 
-// lines are the waiting lines of one backend, kept on it (dsync.Backend.State).
+// lines are the waiting lines of one backend, kept on it (State).
 type lines struct {
 	mu       sync.Mutex
 	m        map[string]*line // by key; protected by mu
@@ -30,7 +30,7 @@ type linesKey struct{}
 // linesOf returns b's waiting lines, looked up once per primitive (New),
 // not once per Acquire.
 func linesOf(b *dsync.Backend) *lines {
-	return b.State(linesKey{}, func() any { return newLines(maxIdle) }).(*lines)
+	return State(b, linesKey{}, func() *lines { return newLines(maxIdle) })
 }
 
 // newLines returns empty lines that keep at most keep idle subscriptions

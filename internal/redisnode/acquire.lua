@@ -6,7 +6,9 @@
 -- KEYS[1]  the hold                 P{K} for a lock, P{K}:slot:I for slot I
 -- KEYS[2]  the key's own hold       P{K}: the lock, or the slots' marker
 -- KEYS[3]  the fence counter        P fence:{T}, T in K's slot
--- ARGV[1]  the hold's value         token, or token .. "\n" .. value
+-- ARGV[1]  the hold as stored       token, or token .. "\n" .. value;
+--                                   a fencing token drawn goes in too
+--                                   (see hold.lua)
 -- ARGV[2]  time to live, in ms
 -- ARGV[3]  the limit                1 for a lock, N for a slot
 -- ARGV[4]  "1" to draw a fencing token, "0" not to
@@ -72,4 +74,6 @@ end
 if ARGV[4] ~= "1" then
 	return 1
 end
-return fence_draw(KEYS[3], tonumber(ARGV[5]))
+local n = fence_draw(KEYS[3], tonumber(ARGV[5]))
+redis.call("SET", KEYS[1], hold_fence(ARGV[1], string.format("%.0f", n)), "PX", ARGV[2])
+return n

@@ -2,7 +2,9 @@
 -- hold, put in front of them.
 --
 -- A lock's hold P{K}, and a slot's hold P{K}:slot:I, is a string: the
--- token, or token .. "\n" .. value. While a Redlock semaphore of N slots
+-- token; then, for a hold that drew a fencing token, "\t" and that token
+-- in decimal; then, for a hold with a value, "\n" and the value. While a
+-- Redlock semaphore of N slots
 -- holds any slot, the key of its lock, P{K}, holds the marker "\n" .. N
 -- and lives at least as long as every slot (no hold starts with "\n":
 -- tokens are not empty). On a single server, a semaphore of size N is
@@ -10,7 +12,23 @@
 --
 -- hold_owned reports whether the hold v belongs to token.
 local function hold_owned(v, token)
-	return v == token or string.sub(v, 1, #token + 1) == token .. "\n"
+	local c = string.sub(v, #token + 1, #token + 1)
+	return string.sub(v, 1, #token) == token and (c == "" or c == "\t" or c == "\n")
+end
+
+-- hold_fence returns the hold v with its fencing token set to n, a string
+-- of decimal digits.
+local function hold_fence(v, n)
+	local i = string.find(v, "[\t\n]")
+	if not i then
+		return v .. "\t" .. n
+	end
+	local rest = string.sub(v, i)
+	if string.sub(rest, 1, 1) == "\t" then
+		local j = string.find(rest, "\n", 1, true)
+		rest = j and string.sub(rest, j) or ""
+	end
+	return string.sub(v, 1, i - 1) .. "\t" .. n .. rest
 end
 
 -- held_limit returns the limit of the holds on P{K} = k: nil when it is

@@ -5,8 +5,8 @@
 -- Returns {} when K is not held (a lock kept for a waiter is not held);
 -- {1, -1, hold, pttl} for a lock; for a semaphore of limit N, {N, I,
 -- hold, pttl, J, hold, pttl, ...} over its live slots P{K}:slot:I, where
--- hold is the stored token or token .. "\n" .. value and pttl the
--- remaining time to live in ms.
+-- hold is as stored (see hold.lua) and pttl the remaining time to live in
+-- ms.
 local m = redis.call("GET", KEYS[1])
 if not m or string.sub(m, 1, 1) == "\r" then
 	return {}

@@ -134,8 +134,8 @@ func checkToken(token string) error {
 	if token == "" {
 		return backends.Invalid("token", "empty")
 	}
-	if strings.IndexByte(token, '\n') >= 0 {
-		return backends.Invalid("token", "contains a newline, which separates a hold's token from its value")
+	if strings.ContainsAny(token, "\t\n") {
+		return backends.Invalid("token", "contains a tab or a newline, which separate a hold's token from its fencing token and value")
 	}
 	if token[0] == '\r' {
 		return backends.Invalid("token", "starts with a carriage return, which marks a lock kept for a waiter")

@@ -85,8 +85,8 @@ func TestSlotLayoutAndLifetime(t *testing.T) {
 	if got := keysOf(t, ctx, c); !slices.Equal(got, want) {
 		t.Fatalf("keys %q, want %q", got, want)
 	}
-	if v := c.Get(ctx, "dsync:{sem}:slot:0").Val(); v != "a\nva" {
-		t.Errorf("slot 0 = %q, want %q", v, "a\nva")
+	if v, want := c.Get(ctx, "dsync:{sem}:slot:0").Val(), fmt.Sprintf("a\t%d\nva", g0); v != want {
+		t.Errorf("slot 0 = %q, want %q (token, fence, value)", v, want)
 	}
 	if v := c.Get(ctx, "dsync:{sem}").Val(); v != "\n3" {
 		t.Errorf("marker = %q, want %q", v, "\n3")
@@ -316,6 +316,55 @@ func TestSeededCounters(t *testing.T) {
 			if g2, err := acquire(key); err != nil || g2 != g+1 {
 				t.Errorf("%s, step %v, again: fence %d, %v; want %d", kind, step, g2, err, g+1)
 			}
+		}
+	}
+}
+
+// TestHoldRecordsItsFence: a hold records the fencing token it drew, which
+// Holder and Holds report, and which refresh and release read past; one
+// without a token records none; RaiseFence records the token it writes
+// back in the hold it names, and in no other.
+func TestHoldRecordsItsFence(t *testing.T) {
+	d, c, ctx := slotDriver(t)
+	fenced := lockReq("fenced", "tok")
+	fenced.Value = []byte("v\tx\ny") // a value may hold the separators
+	f := mustSlot(t, ctx, d, fenced)
+	if info, err := d.Holder(ctx, "fenced"); err != nil || info.Fence != f || string(info.Value) != "v\tx\ny" {
+		t.Fatalf("Holder = %+v, %v; want fence %d and the value", info, err, f)
+	}
+	plain := lockReq("plain", "tok")
+	plain.Fence = false
+	mustSlot(t, ctx, d, plain)
+	if info, err := d.Holder(ctx, "plain"); err != nil || info.Fence != 0 {
+		t.Fatalf("Holder of an unfenced hold = %+v, %v; want fence 0", info, err)
+	}
+
+	if err := d.RaiseFence(ctx, fenced.Target, "tok", f+10); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.RaiseFence(ctx, plain.Target, "another", f+20); err != nil {
+		t.Fatal(err)
+	}
+	hs, err := d.Holds(ctx, "fenced")
+	if err != nil || len(hs) != 1 || hs[0].Token != "tok" || hs[0].Fence != f+10 || string(hs[0].Value) != "v\tx\ny" {
+		t.Fatalf("Holds after RaiseFence = %+v, %v; want tok with fence %d and the value", hs, err, f+10)
+	}
+	if info, err := d.Holder(ctx, "plain"); err != nil || info.Fence != 0 {
+		t.Fatalf("Holder of a hold RaiseFence did not name = %+v, %v; want fence 0", info, err)
+	}
+	if ttl := c.PTTL(ctx, "dsync:{fenced}").Val(); ttl <= 0 || ttl > time.Minute {
+		t.Errorf("PTTL after RaiseFence = %v, want the hold's TTL kept", ttl)
+	}
+
+	for _, r := range []slotReq{fenced, plain} {
+		if err := d.Refresh(ctx, r.Target, "tok", time.Minute); err != nil {
+			t.Errorf("Refresh of %q: %v", r.Key, err)
+		}
+		if err := d.Refresh(ctx, r.Target, "to", time.Minute); !errors.Is(err, backends.ErrNotHeld) {
+			t.Errorf("Refresh of %q by a prefix of its token = %v, want ErrNotHeld", r.Key, err)
+		}
+		if err := d.Release(ctx, r.Target, "tok", true); err != nil {
+			t.Errorf("Release of %q: %v", r.Key, err)
 		}
 	}
 }

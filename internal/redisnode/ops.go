@@ -181,14 +181,19 @@ func (n *Node) run(ctx context.Context, s *goredis.Script, t Target, token strin
 	return err
 }
 
-// RaiseFence raises key's fence counter to at least token: Redlock's
-// write-back, which makes a token visible to every later quorum.
-func (n *Node) RaiseFence(ctx context.Context, key string, token uint64) error {
-	own, err := n.ownKey(key)
+// RaiseFence raises t's fence counter to at least fence, Redlock's
+// write-back, which makes a token visible to every later quorum; and
+// records fence in the node's hold of t by holdToken, if it has it, so
+// that the nodes holding it agree on its token.
+func (n *Node) RaiseFence(ctx context.Context, t Target, holdToken string, fence uint64) error {
+	hold, own, err := n.keys(t)
 	if err != nil {
 		return err
 	}
-	return raiseFenceScript.Run(ctx, n.client, []string{fenceKey(n.prefix, own)}, strconv.FormatUint(token, 10)).Err()
+	if err := checkToken(holdToken); err != nil {
+		return err
+	}
+	return raiseFenceScript.Run(ctx, n.client, []string{fenceKey(n.prefix, own), hold}, strconv.FormatUint(fence, 10), holdToken).Err()
 }
 
 // Holder reports a single server's holder of key: the lock's, or of a
@@ -205,19 +210,26 @@ func (n *Node) Holder(ctx context.Context, key string) (backends.HolderInfo, err
 	if err != nil {
 		return backends.HolderInfo{}, err
 	}
-	if len(res) != 2 {
-		return backends.HolderInfo{}, fmt.Errorf("redis: holder.lua returned %d values, want 2", len(res))
+	if len(res) != 3 {
+		return backends.HolderInfo{}, fmt.Errorf("redis: holder.lua returned %d values, want 3", len(res))
 	}
 	v, ok1 := res[0].(string)
 	pttl, ok2 := res[1].(int64)
-	if !ok1 || !ok2 {
-		return backends.HolderInfo{}, fmt.Errorf("redis: holder.lua returned %T, %T, want string, integer", res[0], res[1])
+	fence, ok3 := res[2].(string)
+	if !ok1 || !ok2 || !ok3 {
+		return backends.HolderInfo{}, fmt.Errorf("redis: holder.lua returned %T, %T, %T, want string, integer, string", res[0], res[1], res[2])
 	}
 	var info backends.HolderInfo
 	if v != "" {
 		info.Value = []byte(v)
 	}
 	info.TTL = remaining(pttl)
+	if fence != "" {
+		var err error
+		if info.Fence, err = strconv.ParseUint(fence, 10, 64); err != nil {
+			return backends.HolderInfo{}, fmt.Errorf("redis: holder.lua returned the fencing token %q: %w", fence, err)
+		}
+	}
 	return info, nil
 }
 
@@ -228,6 +240,9 @@ type Held struct {
 	// Token and Value are the hold's.
 	Token string
 	Value []byte
+	// Fence is the fencing token recorded with the hold: the counter the
+	// node drew for it, or the token Redlock's write-back set; 0 if none.
+	Fence uint64
 	// TTL is the remaining time to live as the server reports it.
 	TTL time.Duration
 }
@@ -259,10 +274,15 @@ func (n *Node) Holds(ctx context.Context, key string) ([]Held, error) {
 		if limit > 1 {
 			h.Target.Slot, h.Target.Slots = int(slot), int(limit)
 		}
-		if tok, val, found := strings.Cut(v, "\n"); found {
+		head, val, found := strings.Cut(v, "\n")
+		if found && val != "" {
+			h.Value = []byte(val)
+		}
+		h.Token = head
+		if tok, fence, found := strings.Cut(head, "\t"); found {
 			h.Token = tok
-			if val != "" {
-				h.Value = []byte(val)
+			if h.Fence, err = strconv.ParseUint(fence, 10, 64); err != nil {
+				return nil, fmt.Errorf("redis: a hold of %q records the fencing token %q: %w", key, fence, err)
 			}
 		}
 		out = append(out, h)

@@ -58,6 +58,6 @@ var (
 	limitScript       = goredis.NewScript(holdSrc + limitSrc)
 	holderScript      = goredis.NewScript(semCommonSrc + holderSrc)
 	holdsScript       = goredis.NewScript(holdsSrc)
-	raiseFenceScript  = goredis.NewScript(raiseFenceSrc)
+	raiseFenceScript  = goredis.NewScript(holdSrc + raiseFenceSrc)
 	leaveScript       = goredis.NewScript(holdSrc + lineLib + leaveSrc)
 )

@@ -375,11 +375,11 @@ func (p *Prim) Failover(ctx context.Context, d time.Duration) {
 	p.log(ctx, slog.LevelInfo, "dsync: took over from the previous leader", slog.Duration("failover", d))
 }
 
-// Observed records a change of leader seen by an observer: id leads now,
-// or nobody when id is empty.
-func (p *Prim) Observed(ctx context.Context, id string) {
+// Observed records a change of leader seen by an observer: id leads now
+// in term, or nobody when id is empty.
+func (p *Prim) Observed(ctx context.Context, id string, term uint64) {
 	p.t.termChanges.Add(ctx, 1, p.a.change[observed]...)
-	p.log(ctx, slog.LevelInfo, "dsync: leader changed", slog.String("leader", id))
+	p.log(ctx, slog.LevelInfo, "dsync: leader changed", slog.String("leader", id), slog.Uint64("term", term))
 }
 
 // log writes one line about p, if the backend has a logger.

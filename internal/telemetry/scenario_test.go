@@ -13,6 +13,7 @@ import (
 	"github.com/dsync-dev/dsync"
 	"github.com/dsync-dev/dsync/backends/backendtest"
 	_ "github.com/dsync-dev/dsync/backends/redis"
+	"github.com/dsync-dev/dsync/internal/lease"
 	"github.com/dsync-dev/dsync/internal/testenv/faultproxy"
 	"github.com/dsync-dev/dsync/internal/testenv/oteltest"
 	"github.com/dsync-dev/dsync/internal/testenv/proc"
@@ -290,8 +291,8 @@ func TestSemaphorePermitsHeld(t *testing.T) {
 			t.Errorf("permits held = %v, want %v", got, want)
 		}
 	}
-	p1 := testutil.MustPermit(t, ctx, s)
-	p2 := testutil.MustPermit(t, ctx, s)
+	p1 := testutil.MustAcquire(t, ctx, s)
+	p2 := testutil.MustAcquire(t, ctx, s)
 	held(2)
 	if err := p1.Release(ctx); err != nil {
 		t.Fatal(err)
@@ -426,7 +427,7 @@ func TestNoSecretsInTelemetry(t *testing.T) {
 	client := srv.NewClient(t)
 	b := openWith(t, "redis://:"+password+"@"+proxy.Addr(), rec)
 	var tokens []string
-	hold := func(h any) { tokens = append(tokens, h.(interface{ HoldToken() string }).HoldToken()) }
+	hold := func(h any) { tok, _ := lease.HoldToken(h); tokens = append(tokens, tok) }
 	o := &locker.Options{TTL: 600 * time.Millisecond, ExtendInterval: 150 * time.Millisecond, AutoExtend: true}
 
 	gone := testutil.MustAcquire(t, ctx, newLocker(t, b, testutil.UniqueKey(t)+"-gone", o))

@@ -225,18 +225,6 @@ func Nop() *T {
 	return t
 }
 
-// StateKey is the key under which dsync.NewBackend keeps a backend's T in
-// its state (dsync.Backend.State).
-type StateKey struct{}
-
-// Of returns the T kept on a backend (a *dsync.Backend, which this
-// package cannot name), or Nop's when there is none.
-func Of(b interface {
-	State(key any, create func() any) any
-}) *T {
-	return b.State(StateKey{}, func() any { return Nop() }).(*T)
-}
-
 // startSpan starts a span named name under ctx, and returns the span
 // only if it records: nil tells the hooks that there is nothing to write
 // on it (no SDK installed, or the span was not sampled). With a noop

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/dsync-dev/dsync/backends"
+	"github.com/dsync-dev/dsync/internal/lease"
 	"github.com/dsync-dev/dsync/internal/testenv/proc"
 )
 
@@ -35,7 +36,7 @@ func TestFairAcrossProcesses(t *testing.T) {
 		st := fairness(e.h.Events(), from)
 		t.Logf("%s, 8 processes: grants per worker %v (fewest/most %.2f), worst wait %v, %.0f grants/s",
 			s.name, st.counts, st.ratio(), st.worst.Round(time.Millisecond), st.rate())
-		if lo, hi := slices.Min(st.counts), slices.Max(st.counts); b.Driver().Capabilities().Order != backends.NoOrder && 2*lo < hi {
+		if lo, hi := slices.Min(st.counts), slices.Max(st.counts); lease.Driver(b).Capabilities().Order != backends.NoOrder && 2*lo < hi {
 			t.Errorf("unfair: the least served worker got %d grants, the busiest %d", lo, hi)
 		}
 	})

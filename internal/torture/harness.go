@@ -12,6 +12,7 @@ import (
 
 	"github.com/dsync-dev/dsync"
 	"github.com/dsync-dev/dsync/backends"
+	"github.com/dsync-dev/dsync/internal/lease"
 	"github.com/dsync-dev/dsync/internal/testenv/proc"
 )
 
@@ -327,7 +328,7 @@ func CheckReleased(ctx context.Context, r *Result, b *dsync.Backend, key string,
 	deadline := time.Now().Add(within)
 	for {
 		cctx, cancel := context.WithTimeout(ctx, time.Second)
-		_, err := b.Driver().Holder(cctx, key)
+		_, err := lease.Driver(b).Holder(cctx, key)
 		cancel()
 		if errors.Is(err, backends.ErrNotHeld) {
 			r.note("nothing held on %q at the end", key)

@@ -12,6 +12,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/dsync-dev/dsync/internal/lease"
 	"github.com/dsync-dev/dsync/internal/redisnode"
 	"github.com/dsync-dev/dsync/internal/testenv/proc"
 )
@@ -72,11 +73,10 @@ func (m *masters) read(ctx context.Context) [][]redisnode.Held {
 // reportPlace emits the "held" event of the permit h: its slot, the
 // masters that hold it as this worker reaches them, and its hold token.
 func (m *masters) reportPlace(ctx context.Context, h hold, emit proc.Emit) {
-	ht, ok := h.(interface{ HoldToken() string })
+	token, ok := lease.HoldToken(h)
 	if !ok {
 		return
 	}
-	token := ht.HoldToken()
 	slot := -1
 	var on []string
 	for i, hs := range m.read(ctx) {

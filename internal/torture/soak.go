@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/dsync-dev/dsync"
+	"github.com/dsync-dev/dsync/backends"
+	"github.com/dsync-dev/dsync/internal/lease"
 	"github.com/dsync-dev/dsync/internal/testenv/etcdtest"
 	"github.com/dsync-dev/dsync/internal/testenv/faultproxy"
 	"github.com/dsync-dev/dsync/internal/testenv/redistest"
@@ -81,7 +83,7 @@ func CheckFaults(t Target, kinds []string) error {
 		case FaultPauseClient, FaultKillClient:
 		case FaultLatency, FaultBlackhole, FaultRefuse:
 			if why := unproxyable(t.URL); why != "" {
-				return fmt.Errorf("fault %q needs proxies between the workers and the servers of %s: %s", k, dsync.RedactURL(t.URL), why)
+				return fmt.Errorf("fault %q needs proxies between the workers and the servers of %s: %s", k, backends.RedactURL(t.URL), why)
 			}
 		case FaultKillNode, FaultRestartNode, FaultPauseNode, FaultScriptFlush:
 			if len(t.Redis) == 0 {
@@ -208,7 +210,7 @@ func Soak(ctx context.Context, c SoakConfig) (*Report, error) {
 	start := time.Now()
 	tick := time.NewTicker(c.Every)
 	defer tick.Stop()
-	spec := Spec{Prim: c.Prim, Size: size, TTL: c.TTL, Fencing: b.Driver().Capabilities().Fencing}
+	spec := Spec{Prim: c.Prim, Size: size, TTL: c.TTL, Fencing: lease.Driver(b).Capabilities().Fencing}
 loop:
 	for {
 		select {
@@ -288,7 +290,7 @@ func proxyURL(rawURL string, through func(addr string) (string, error)) (string,
 		return "", err
 	}
 	if why := unproxyable(rawURL); why != "" {
-		return "", fmt.Errorf("cannot put proxies in front of %s: %s", dsync.RedactURL(rawURL), why)
+		return "", fmt.Errorf("cannot put proxies in front of %s: %s", backends.RedactURL(rawURL), why)
 	}
 	proxy := func(addr string) (string, error) {
 		if _, _, err := net.SplitHostPort(addr); err != nil {

@@ -15,6 +15,8 @@ import (
 
 	"github.com/dsync-dev/dsync"
 	"github.com/dsync-dev/dsync/backends"
+	"github.com/dsync-dev/dsync/backends/memory"
+	"github.com/dsync-dev/dsync/internal/hook"
 )
 
 // Timeout bounds the context of Context.
@@ -96,6 +98,26 @@ func NewBackend(t testing.TB, d backends.Driver) *dsync.Backend {
 	return b
 }
 
+// Memory returns a memory backend on opts (nil: a fresh private store),
+// closed at the end of the test.
+func Memory(t testing.TB, opts *memory.Options) *dsync.Backend {
+	t.Helper()
+	b, err := memory.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	return b
+}
+
+// MemoryDriver returns the driver of a memory backend on opts (see
+// Memory), for the tests that wrap a driver or drive the SPI directly.
+// Its backend is closed at the end of the test, and with it the driver.
+func MemoryDriver(t testing.TB, opts *memory.Options) backends.Driver {
+	t.Helper()
+	return hook.Driver(Memory(t, opts))
+}
+
 // MustAcquire makes one attempt on l (TryAcquire) and fails the test
 // unless it obtains the lease.
 func MustAcquire(t testing.TB, ctx context.Context, l dsync.Locker) dsync.Lease {
@@ -105,17 +127,6 @@ func MustAcquire(t testing.TB, ctx context.Context, l dsync.Locker) dsync.Lease 
 		t.Fatalf("TryAcquire: %v", err)
 	}
 	return ls
-}
-
-// MustPermit makes one attempt on s (TryAcquire) and fails the test unless
-// it obtains a permit.
-func MustPermit(t testing.TB, ctx context.Context, s dsync.Semaphore) dsync.Permit {
-	t.Helper()
-	p, err := s.TryAcquire(ctx)
-	if err != nil {
-		t.Fatalf("TryAcquire on the semaphore: %v", err)
-	}
-	return p
 }
 
 // WantLocked makes one attempt on l (TryAcquire) and fails the test

@@ -72,6 +72,27 @@ func (r *waiterRecorder) take() (named, leaves []string) {
 	return named, leaves
 }
 
+// recordedLock returns lock "k" of a process whose attempts and Leaves rec
+// records (retrying only after an hour, so that only a release notice
+// wakes it), and the same lock of another process, on one memory driver.
+func recordedLock(t *testing.T) (rec *waiterRecorder, c, other *Config) {
+	t.Helper()
+	rec = &waiterRecorder{Driver: testutil.MemoryDriver(t, nil)}
+	slow, err := retry.NewConstant(&retry.ConstantOptions{Delay: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err = New(testutil.NewBackend(t, rec), Lock, "k", 1, &Options{TTL: time.Minute, Retry: slow})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err = New(testutil.NewBackend(t, rec.Driver), Lock, "k", 1, &Options{TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rec, c, other
+}
+
 // TestAcquireKeepsItsPlace: the lease alone decides when an attempt is in
 // the backend's line. An uncontended Acquire names no waiter; a contended
 // one's first refusal is followed at once by an attempt naming the call's
@@ -82,19 +103,7 @@ func (r *waiterRecorder) take() (named, leaves []string) {
 func TestAcquireKeepsItsPlace(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := t.Context()
-		rec := &waiterRecorder{Driver: testutil.MemoryDriver(t, nil)}
-		slow, err := retry.NewConstant(&retry.ConstantOptions{Delay: time.Hour})
-		if err != nil {
-			t.Fatal(err)
-		}
-		c, err := New(testutil.NewBackend(t, rec), Lock, "k", 1, &Options{TTL: time.Minute, Retry: slow})
-		if err != nil {
-			t.Fatal(err)
-		}
-		other, err := New(testutil.NewBackend(t, rec.Driver), Lock, "k", 1, &Options{TTL: time.Minute})
-		if err != nil {
-			t.Fatal(err)
-		}
+		rec, c, other := recordedLock(t)
 		l, err := c.Acquire(ctx, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -156,19 +165,7 @@ func TestAcquireKeepsItsPlace(t *testing.T) {
 func TestHandedTurnStartsOutOfLine(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := t.Context()
-		rec := &waiterRecorder{Driver: testutil.MemoryDriver(t, nil)}
-		slow, err := retry.NewConstant(&retry.ConstantOptions{Delay: time.Hour})
-		if err != nil {
-			t.Fatal(err)
-		}
-		c, err := New(testutil.NewBackend(t, rec), Lock, "k", 1, &Options{TTL: time.Minute, Retry: slow})
-		if err != nil {
-			t.Fatal(err)
-		}
-		other, err := New(testutil.NewBackend(t, rec.Driver), Lock, "k", 1, &Options{TTL: time.Minute})
-		if err != nil {
-			t.Fatal(err)
-		}
+		rec, c, other := recordedLock(t)
 		holder, err := other.Attempt(ctx)
 		if err != nil {
 			t.Fatal(err)

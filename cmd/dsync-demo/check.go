@@ -11,7 +11,7 @@ import (
 
 	"github.com/dsync-dev/dsync/internal/testenv/proc"
 	"github.com/dsync-dev/dsync/internal/testenv/redistest"
-	"github.com/dsync-dev/dsync/internal/torture"
+	"github.com/dsync-dev/dsync/tests/torture"
 )
 
 // A check worker is this program started again by dsync-demo check, with

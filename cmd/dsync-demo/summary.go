@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"io"
 
-	"github.com/dsync-dev/dsync/internal/torture"
+	"github.com/dsync-dev/dsync/tests/torture"
 )
 
 // checkSummary is dsync-demo check --json's output: one object.

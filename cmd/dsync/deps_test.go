@@ -8,14 +8,14 @@ import (
 )
 
 // TestLinksNoServerCode keeps the operator tool free of server code and test
-// tooling: the embedded etcd server, internal/testenv and internal/torture
+// tooling: the embedded etcd server, internal/testenv and tests/torture
 // belong to cmd/dsync-demo.
 func TestLinksNoServerCode(t *testing.T) {
 	out, err := exec.Command("go", "list", "-deps", ".").CombinedOutput()
 	if err != nil {
 		t.Fatalf("go list -deps: %v\n%s", err, out)
 	}
-	forbidden := regexp.MustCompile(`etcd/server|internal/testenv|internal/torture`)
+	forbidden := regexp.MustCompile(`etcd/server|internal/testenv|tests/torture`)
 	var bad []string
 	for _, pkg := range strings.Fields(string(out)) {
 		if forbidden.MatchString(pkg) {

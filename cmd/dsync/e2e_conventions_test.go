@@ -251,7 +251,8 @@ func (e *e2e) testLeaderJSON(t *testing.T) {
 
 func (e *e2e) testVersion(t *testing.T) {
 	r := runWith(t, e.bin, nil, "--version")
-	if r.code != exitOK || !strings.Contains(r.stdout, "github.com/dsync-dev/dsync") || !strings.Contains(r.stdout, "revision ") {
+	if r.code != exitOK || !strings.Contains(r.stdout, "dsync github.com/dsync-dev/dsync/cmd/dsync ") ||
+		!strings.Contains(r.stdout, "\nuses github.com/dsync-dev/dsync ") || !strings.Contains(r.stdout, "\nrevision ") {
 		t.Errorf("--version: exit %d, stdout %q", r.code, r.stdout)
 	}
 }

@@ -4,13 +4,18 @@ import (
 	"context"
 	"fmt"
 	"runtime/debug"
+	"strings"
 )
 
-// runVersion prints the module version and the VCS revision the binary was
-// built from, as debug.ReadBuildInfo reports them.
+// libraryModule is the root of the library modules the tool is built on.
+const libraryModule = "github.com/dsync-dev/dsync"
+
+// runVersion prints the module version, the versions of the dsync library
+// modules it was built with, and the VCS revision it was built from, as
+// debug.ReadBuildInfo reports them.
 func runVersion(_ context.Context, args []string, io stdio) int {
 	c := newFlags("version", "usage: dsync version (or dsync --version)",
-		"Prints the module path and version, and the VCS revision, time and state the binary was built from.", "  0")
+		"Prints the module path and version, the dsync library modules it uses, and the VCS revision, time and state the binary was built from.", "  0")
 	p, code, ok := c.parse(args, io)
 	if !ok {
 		return code
@@ -36,6 +41,12 @@ func runVersion(_ context.Context, args []string, io stdio) int {
 			at = " " + s.Value
 		}
 	}
-	fmt.Fprintf(io.out, "dsync %s %s\nrevision %s%s%s\n%s\n", bi.Main.Path, bi.Main.Version, rev, modified, at, bi.GoVersion)
+	fmt.Fprintf(io.out, "dsync %s %s\n", bi.Main.Path, bi.Main.Version)
+	for _, d := range bi.Deps {
+		if d.Path == libraryModule || strings.HasPrefix(d.Path, libraryModule+"/") {
+			fmt.Fprintf(io.out, "uses %s %s\n", d.Path, d.Version)
+		}
+	}
+	fmt.Fprintf(io.out, "revision %s%s%s\n%s\n", rev, modified, at, bi.GoVersion)
 	return exitOK
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -184,7 +185,7 @@ func TestSpans(t *testing.T) {
 		t.Errorf("attributes %v, want %v", c.Attributes, wantAttrs)
 	}
 	if len(c.Events) != 2 || c.Events[0].Name != "ev" || c.Events[1].Name != "exception" ||
-		!strings.Contains(fmt.Sprint(c.Events[1].Attributes), "exception.message bad") {
+		!slices.Contains(c.Events[1].Attributes, attribute.String("exception.message", "bad")) {
 		t.Errorf("events %+v, want ev and an exception", c.Events)
 	}
 	if c.Status != (oteltest.Status{Code: codes.Error, Description: "why"}) || p.Status != (oteltest.Status{Code: codes.Ok}) {

@@ -368,3 +368,28 @@ func TestHoldRecordsItsFence(t *testing.T) {
 		}
 	}
 }
+
+// TestPlainAttemptAllocates: an unfenced lock attempt with no waiter, the
+// uncontended one and a plain SET NX PX, allocates what that SET does and
+// the key's name, and nothing for the script it does not run.
+func TestPlainAttemptAllocates(t *testing.T) {
+	d, c, ctx := slotDriver(t)
+	lock := redisnode.Target{Key: "k"}
+	hold := redisnode.Hold{Token: "t", TTL: time.Minute}
+	attempt := testing.AllocsPerRun(100, func() {
+		if _, err := d.Acquire(ctx, lock, hold); err != nil {
+			t.Fatal(err)
+		}
+		c.Del(ctx, "dsync:{k}")
+	})
+	key := "dsync:{" + lock.Key + "}" // not a constant, as the node's is not
+	set := testing.AllocsPerRun(100, func() {
+		if err := c.SetArgs(ctx, key, hold.Token, goredis.SetArgs{Mode: "NX", TTL: hold.TTL}).Err(); err != nil {
+			t.Fatal(err)
+		}
+		c.Del(ctx, "dsync:{k}")
+	})
+	if attempt > set+1 {
+		t.Errorf("an unfenced attempt and a DEL allocate %v, want at most %v: the SET NX PX and a DEL (%v), and the key's name", attempt, set+1, set)
+	}
+}

@@ -67,28 +67,35 @@ func (n *Node) Acquire(ctx context.Context, t Target, h Hold) (uint64, error) {
 	if err := checkToken(h.Token); err != nil {
 		return 0, err
 	}
-	keys, args := n.acquireArgs(t, h, hold, own)
-	var r int64
-	switch {
-	case h.Waiter != "" && hold == own:
-		r, err = lineAcquireScript.Run(ctx, n.client, keys, append(args, h.Waiter)...).Int64()
-	case hold == own && !h.Fence:
-		err = n.client.SetArgs(ctx, hold, h.value(), goredis.SetArgs{Mode: "NX", TTL: h.TTL.Truncate(time.Millisecond)}).Err()
+	if hold == own && h.Waiter == "" && !h.Fence {
+		err := n.client.SetArgs(ctx, hold, h.value(), goredis.SetArgs{Mode: "NX", TTL: h.TTL.Truncate(time.Millisecond)}).Err()
 		if errors.Is(err, goredis.Nil) {
 			return 0, n.refusal(ctx, t, own)
 		}
 		return 0, err
-	default:
-		r, err = acquireScript.Run(ctx, n.client, keys, args...).Int64()
 	}
+	script, waiter := acquireScript, ""
+	if hold == own && h.Waiter != "" {
+		script, waiter = lineAcquireScript, h.Waiter
+	}
+	keys, args := n.acquireArgs(t, h, hold, own, waiter)
+	r, err := script.Run(ctx, n.client, keys, args...).Int64()
 	return verdict(t.Key, t.limit(), h.Fence, r, err)
 }
 
-// acquireArgs returns acquire.lua's keys and its arguments up to the
-// waiter's (ARGV[1] to ARGV[5]).
-func (n *Node) acquireArgs(t Target, h Hold, hold, own string) ([]string, []any) {
-	return []string{hold, own, fenceKey(n.prefix, own)},
-		[]any{h.value(), h.TTL.Truncate(time.Millisecond).Milliseconds(), t.limit(), flag(h.Fence), max(h.SeedStep.Microseconds(), 1)}
+// acquireArgs returns acquire.lua's keys and arguments, ARGV[6] being
+// waiter, left out when "". They are built only for a script: the plain
+// SET NX PX needs none of them, and they cost it six allocations.
+func (n *Node) acquireArgs(t Target, h Hold, hold, own, waiter string) ([]string, []any) {
+	size := 5
+	if waiter != "" {
+		size = 6
+	}
+	args := append(make([]any, 0, size), h.value(), h.TTL.Truncate(time.Millisecond).Milliseconds(), t.limit(), flag(h.Fence), max(h.SeedStep.Microseconds(), 1))
+	if waiter != "" {
+		args = append(args, waiter)
+	}
+	return []string{hold, own, fenceKey(n.prefix, own)}, args
 }
 
 // refusal is the verdict on a lock whose SET NX failed: a *LimitError when

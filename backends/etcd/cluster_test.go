@@ -37,8 +37,9 @@ func newLocker(t *testing.T, b *dsync.Backend, key string, opts *locker.Options)
 
 // stopLeader stops the leader, gracefully (it hands leadership over) or
 // not (the others elect a new leader), and waits for another member to
-// lead.
-func stopLeader(t *testing.T, ctx context.Context, c *etcdtest.Cluster, kill bool) (stopped int) {
+// lead; it returns the member stopped and how long the cluster went
+// without a leader.
+func stopLeader(t *testing.T, ctx context.Context, c *etcdtest.Cluster, kill bool) (stopped int, took time.Duration) {
 	t.Helper()
 	l, err := c.Leader(ctx)
 	if err != nil {
@@ -54,44 +55,68 @@ func stopLeader(t *testing.T, ctx context.Context, c *etcdtest.Cluster, kill boo
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("leader %d stopped; member %d leads %v later", l, nl, time.Since(start))
-	return l
+	took = time.Since(start)
+	t.Logf("leader %d stopped; member %d leads %v later", l, nl, took)
+	return l, took
 }
 
+// TestLeaderChangeKeepsLock: an auto-extended lease outlives a graceful
+// and a forced leader change, and is extended through them. A change
+// that leaves the cluster without a leader for more than half the TTL
+// (a loaded machine can take seconds to elect) may rightly cost the
+// lease: such a round is not judged, and is run again, at most 3 times.
 func TestLeaderChangeKeepsLock(t *testing.T) {
+	const ttl = 4 * time.Second // whole seconds on etcd
 	c := etcdtest.Start(t, &etcdtest.Options{Members: 3})
 	ctx := testutil.Context(t)
 	b := openBackend(t, c)
 	other := newLocker(t, openBackend(t, c), "survivor", nil)
-	ls, err := newLocker(t, b, "survivor", &locker.Options{TTL: 2 * time.Second, Value: []byte("me"), AutoExtend: true}).TryAcquire(ctx)
+	mine := newLocker(t, b, "survivor", &locker.Options{TTL: ttl, Value: []byte("me"), AutoExtend: true})
+	ls, err := mine.TryAcquire(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	start := time.Now()
-	for round := range 2 {
-		stopped := stopLeader(t, ctx, c, round == 1)
-		if err := ls.Err(); err != nil {
-			t.Fatalf("round %d: lease lost across the leader change: %v", round, err)
-		}
-		if _, err := other.TryAcquire(ctx); !errors.Is(err, dsync.ErrNotAcquired) {
-			t.Fatalf("round %d: another client's TryAcquire = %v, want ErrNotAcquired", round, err)
-		}
-		h, err := other.Holder(ctx)
-		if err != nil || string(h.Value) != "me" {
-			t.Fatalf("round %d: Holder = %q, %v", round, h.Value, err)
+	acquired := time.Now()
+	slow := 0
+	for round := 0; round < 2; {
+		stopped, took := stopLeader(t, ctx, c, round == 1)
+		if took <= ttl/2 {
+			if err := ls.Err(); err != nil {
+				t.Fatalf("round %d: lease lost across a leader change of %v: %v", round, took, err)
+			}
+			if _, err := other.TryAcquire(ctx); !errors.Is(err, dsync.ErrNotAcquired) {
+				t.Fatalf("round %d: another client's TryAcquire = %v, want ErrNotAcquired", round, err)
+			}
+			h, err := other.Holder(ctx)
+			if err != nil || string(h.Value) != "me" {
+				t.Fatalf("round %d: Holder = %q, %v", round, h.Value, err)
+			}
+			round++
 		}
 		if err := c.Restart(ctx, stopped); err != nil {
 			t.Fatal(err)
 		}
+		if took > ttl/2 {
+			if slow++; slow > 3 {
+				t.Fatalf("round %d: %d leader changes took over half the TTL (%v): nothing judged", round, slow, ttl/2)
+			}
+			t.Logf("round %d: the leader change took %v, over half the TTL: not judged, run again", round, took)
+			if ls.Err() != nil {
+				if ls, err = mine.Acquire(ctx); err != nil {
+					t.Fatal(err)
+				}
+				acquired = time.Now()
+			}
+		}
 	}
-	// Hold on past two TTLs from the first leader change, so that the
-	// lease must have been extended through the changes.
-	time.Sleep(time.Until(start.Add(2 * 2 * time.Second)))
+	// Hold on past a TTL from the acquisition, so that the lease must have
+	// been extended through the changes.
+	time.Sleep(time.Until(acquired.Add(ttl + ttl/4)))
 	if err := ls.Err(); err != nil {
 		t.Fatalf("lease lost: %v", err)
 	}
 	if _, err := other.TryAcquire(ctx); !errors.Is(err, dsync.ErrNotAcquired) {
-		t.Fatalf("another client's TryAcquire after two TTLs = %v, want ErrNotAcquired", err)
+		t.Fatalf("another client's TryAcquire after a TTL = %v, want ErrNotAcquired", err)
 	}
 	if err := ls.Release(ctx); err != nil {
 		t.Fatalf("Release after two leader changes: %v", err)

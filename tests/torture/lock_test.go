@@ -116,9 +116,15 @@ func writeDuring(h *Hold, pause Span) *Write {
 	return nil
 }
 
+// pausedConfig is the workers' configuration of the paused-holder
+// scenarios. The pause must land in the sleep before the first write: the
+// harness sends SIGSTOP once it has read the grant, which on two busy
+// cores under the race detector takes from a few ms to over 300 ms. Two
+// writes after 250 ms each keep a hold well inside its TTL of 1s.
 func pausedConfig(k string, ttl time.Duration, noFencing bool) WorkerConfig {
 	c := lockConfig(k, ttl)
-	c.Work = 100 * time.Millisecond // the pause lands in this sleep
+	c.Writes = 2
+	c.Work = 250 * time.Millisecond // the pause lands in this sleep
 	c.NoFencing = noFencing
 	return c
 }

@@ -33,7 +33,8 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	ttl := fs.Duration("ttl", 2*time.Second, "lease TTL of the workers")
 	size := fs.Int("size", 2, "semaphore size (--primitive sem)")
 	key := fs.String("key", "", "lock, semaphore or election name (default: dsync-check/ and a random suffix)")
-	storeAddr := fs.String("store", "", "the fenced store: host:port of a Redis, written through fence's Redis guard, or etcd://host:port,... through etcdfence (default: start a redis-server)")
+	storeAddr := fs.String("store", "", "the fenced store: host:port of a Redis, written through fence's Redis guard; etcd://host:port,... through etcdfence; "+
+		"a postgres:// URL or sqlite:PATH of a file, through fence's SQL guard, which creates its tables there (default: start a redis-server)")
 	reportPath := fs.String("report", "dsync-check.html", "HTML report to write")
 	asJSON := fs.Bool("json", false, "print the summary as JSON on stdout; progress and reports go to stderr")
 	if code, ok := parseFlags(fs, args); !ok {
@@ -126,7 +127,11 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return exitFail
 	}
 	defer store.Close()
-	fmt.Fprintf(out, "fenced store: %s at %s, through its fence guard\n", store.Kind(), addr)
+	if err := store.Setup(ctx); err != nil {
+		fmt.Fprintf(stderr, "dsync-demo check: the fenced store: %s\n", oneLine(err))
+		return exitFail
+	}
+	fmt.Fprintf(out, "fenced store: %s, through its fence guard\n", store)
 
 	spawn := func(role, url string, args map[string]string) (*proc.Worker, error) {
 		return proc.Spawn(exe, role, url, args)

@@ -305,10 +305,10 @@ func (s *Server) DSN(db string) string {
 	return fmt.Sprintf("postgres://%s@127.0.0.1:%d/%s?sslmode=disable", superuser, s.port, db)
 }
 
-// NewDB creates a database of its own for the test, and returns a
-// connection pool to it through pgx's database/sql driver; t.Cleanup
-// closes the pool and drops the database.
-func (s *Server) NewDB(t testing.TB) *sql.DB {
+// NewDatabase creates a database of its own for the test and returns its
+// URL (see DSN), for clients that open their own connections (worker
+// processes, say); t.Cleanup drops it, closing the connections left on it.
+func (s *Server) NewDatabase(t testing.TB) string {
 	t.Helper()
 	admin, err := sql.Open("pgx", s.DSN("postgres"))
 	if err != nil {
@@ -325,17 +325,25 @@ func (s *Server) NewDB(t testing.TB) *sql.DB {
 	if _, err := admin.ExecContext(t.Context(), "CREATE DATABASE "+name); err != nil {
 		t.Fatalf("pgtest: CREATE DATABASE %s: %v", name, err)
 	}
-	db, err := sql.Open("pgx", s.DSN(name))
-	if err != nil {
-		t.Fatal(err)
-	}
 	t.Cleanup(func() {
-		_ = db.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		if _, err := admin.ExecContext(ctx, "DROP DATABASE "+name+" WITH (FORCE)"); err != nil {
 			t.Errorf("pgtest: DROP DATABASE %s: %v", name, err)
 		}
 	})
+	return s.DSN(name)
+}
+
+// NewDB creates a database of its own for the test (see NewDatabase), and
+// returns a connection pool to it through pgx's database/sql driver;
+// t.Cleanup closes the pool and drops the database.
+func (s *Server) NewDB(t testing.TB) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("pgx", s.NewDatabase(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
 	return db
 }

@@ -8,11 +8,12 @@
 // an acknowledged write lost) and measure what must stay bounded (the time
 // to the next grant after a holder dies).
 //
-// The fenced store (Store) is a redis-server or an etcd of its own, written
-// through a guard of package fence (fence.Redis, fence/etcdfence), which
-// accepts a write to a resource only if its fencing token is at least the
-// largest it accepted for that resource; the store keeps every accepted
-// write in order: the stand-in for the database a lock protects.
+// The fenced store (Store) is a redis-server, an etcd, a PostgreSQL
+// database or a SQLite file of its own, written through a guard of package
+// fence (fence.Redis, fence/etcdfence, fence.SQL), which accepts a write
+// to a resource only if its fencing token is at least the largest it
+// accepted for that resource; the store keeps every accepted write in
+// order: the stand-in for the database a lock protects.
 //
 // The same harness runs the package's scenarios under go test and the soak
 // of dsync check. Every check can fail: the scenarios' negative controls

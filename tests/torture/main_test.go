@@ -5,8 +5,11 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +21,7 @@ import (
 	"github.com/dsync-dev/dsync/internal/testenv/proc"
 	"github.com/dsync-dev/dsync/internal/testenv/redistest"
 	_ "github.com/dsync-dev/dsync/redlock"
+	"github.com/dsync-dev/dsync/tests/pgtest"
 )
 
 func TestMain(m *testing.M) {
@@ -31,7 +35,60 @@ func TestMain(m *testing.M) {
 	if !set {
 		_ = flag.Set("test.parallel", "4")
 	}
-	leakcheck.VerifyTestMain(m)
+	leakcheck.VerifyTestMain(stopShared{m})
+}
+
+// stopShared runs the tests, then stops the server they shared (see pg),
+// before leakcheck looks for goroutines left behind.
+type stopShared struct{ m *testing.M }
+
+func (s stopShared) Run() int {
+	code := s.m.Run()
+	if err := pg.close(); err != nil {
+		fmt.Fprintf(os.Stderr, "torture: %v\n", err)
+		code = max(code, 1)
+	}
+	return code
+}
+
+// pg is the PostgreSQL server of the scenarios whose store is "postgres":
+// one for the package, started by the first of them (initdb and the start
+// take seconds) and stopped after the tests (stopShared); each scenario
+// writes to a database of its own.
+var pg sharedPostgres
+
+type sharedPostgres struct {
+	mu  sync.Mutex // protects srv and err
+	srv *pgtest.Server
+	err error // the start's error, which every later call returns
+}
+
+// server returns the package's PostgreSQL server, starting it on the first
+// call. On failure, missing binaries included, it fails t with the error
+// (pgtest.ErrNotInstalled says what to install): tests never skip for lack
+// of PostgreSQL.
+func (p *sharedPostgres) server(t *testing.T) *pgtest.Server {
+	t.Helper()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.srv == nil && p.err == nil {
+		// Not t's context: the server outlives the test that starts it.
+		p.srv, p.err = pgtest.StartServer(context.Background())
+	}
+	if p.err != nil {
+		t.Fatalf("%v", p.err)
+	}
+	return p.srv
+}
+
+// close stops the server, if it was started.
+func (p *sharedPostgres) close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.srv == nil {
+		return nil
+	}
+	return p.srv.Close()
 }
 
 // Bounds of the scenarios' waits: generous, for two busy cores under the
@@ -56,8 +113,10 @@ type env struct {
 func newEnv(t *testing.T) *env { return newEnvOn(t, "redis") }
 
 // newEnvOn starts a scenario's harness, with its fenced store of kind
-// "redis" (a redis-server, written through fence.Redis) or "etcd" (a
-// one-member etcd, written through etcdfence).
+// "redis" (a redis-server, written through fence.Redis), "etcd" (a
+// one-member etcd, written through etcdfence), "postgres" (a new database
+// on the package's PostgreSQL server) or "sqlite" (a new file), the last
+// two written through fence.SQL.
 func newEnvOn(t *testing.T, kind string) *env {
 	t.Helper()
 	var addr string
@@ -66,6 +125,10 @@ func newEnvOn(t *testing.T, kind string) *env {
 		addr = redistest.Start(t, nil).Addr()
 	case "etcd":
 		addr = EtcdStore + strings.Join(etcdtest.Start(t, nil).Endpoints(), ",")
+	case "postgres":
+		addr = pg.server(t).NewDatabase(t)
+	case "sqlite":
+		addr = SQLiteStore + filepath.Join(t.TempDir(), "store.db")
 	default:
 		t.Fatalf("unknown store %q", kind)
 	}
@@ -74,6 +137,10 @@ func newEnvOn(t *testing.T, kind string) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = store.Close() })
+	// Once, here: the workers only write.
+	if err := store.Setup(t.Context()); err != nil {
+		t.Fatal(err)
+	}
 	spawn := func(role, url string, args map[string]string) (*proc.Worker, error) {
 		return proc.Start(t, role, url, args), nil
 	}

@@ -30,9 +30,16 @@ var settle = 10 * time.Second
 // the torture suite, after TestEtcdMemberStopped/leader-killed).
 const etcdKilledPeerVersion = "go.etcd.io/etcd/server/v3/etcdserver/api/etcdhttp.newPeerHandler.versionHandler.func1"
 
+// M is what VerifyTestMain runs: a *testing.M, or a wrapper of one whose
+// Run, after the tests, also stops what they shared (a server started once
+// for the package), so that its goroutines are gone before the check.
+type M interface{ Run() int }
+
+var _ M = (*testing.M)(nil)
+
 // VerifyTestMain runs the tests, then fails the run if goroutines are left
 // behind once they have had settle to end.
-func VerifyTestMain(m *testing.M) {
+func VerifyTestMain(m M) {
 	code := m.Run()
 	if code == 0 {
 		if leaked := wait(settle); len(leaked) > 0 {

@@ -15,11 +15,10 @@ replace github.com/dsync-dev/dsync/tests => ../../tests
 require (
 	github.com/dsync-dev/dsync v0.0.0-00010101000000-000000000000
 	github.com/dsync-dev/dsync/backends/etcd v0.0.0-00010101000000-000000000000
-	github.com/dsync-dev/dsync/fence/etcdfence v0.0.0-00010101000000-000000000000
 	github.com/dsync-dev/dsync/internal/testenv/etcdtest v0.0.0-00010101000000-000000000000
 	github.com/dsync-dev/dsync/tests v0.0.0-00010101000000-000000000000
 	github.com/redis/go-redis/v9 v9.23.0
-	go.etcd.io/etcd/client/v3 v3.7.3
+	modernc.org/sqlite v1.62.0
 )
 
 require (
@@ -30,6 +29,7 @@ require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/coreos/go-semver v0.3.1 // indirect
 	github.com/coreos/go-systemd/v22 v22.7.0 // indirect
+	github.com/dsync-dev/dsync/fence/etcdfence v0.0.0-00010101000000-000000000000 // indirect
 	github.com/dustin/go-humanize v1.1.0 // indirect
 	github.com/go-logr/logr v1.4.4 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect
@@ -64,6 +64,7 @@ require (
 	go.etcd.io/bbolt v1.5.0 // indirect
 	go.etcd.io/etcd/api/v3 v3.7.3 // indirect
 	go.etcd.io/etcd/client/pkg/v3 v3.7.3 // indirect
+	go.etcd.io/etcd/client/v3 v3.7.3 // indirect
 	go.etcd.io/etcd/pkg/v3 v3.7.3 // indirect
 	go.etcd.io/etcd/server/v3 v3.7.3 // indirect
 	go.etcd.io/raft/v3 v3.7.0 // indirect
@@ -95,6 +96,5 @@ require (
 	modernc.org/libc v1.80.1 // indirect
 	modernc.org/mathutil v1.7.1 // indirect
 	modernc.org/memory v1.12.1 // indirect
-	modernc.org/sqlite v1.62.0 // indirect
 	sigs.k8s.io/yaml v1.6.0 // indirect
 )

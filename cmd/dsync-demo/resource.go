@@ -2,67 +2,60 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 
-	goredis "github.com/redis/go-redis/v9"
-	clientv3 "go.etcd.io/etcd/client/v3"
+	_ "modernc.org/sqlite" // the resource's database, embedded: pure Go
 
 	"github.com/dsync-dev/dsync/fence"
-	"github.com/dsync-dev/dsync/fence/etcdfence"
-	"github.com/dsync-dev/dsync/internal/testenv/etcdtest"
-	"github.com/dsync-dev/dsync/internal/testenv/redistest"
 )
 
-// resource is what the stale write's holders write to, as they would to a
-// database: a store of its own, apart from the servers under test, that
-// checks every write's fencing token through a guard of package fence.
+// resource is what the stale write's holders write to: a database of its
+// own, apart from the servers under test, whose writes commit only through
+// fence's SQL guard, which checks each write's fencing token in the same
+// transaction.
 type resource struct {
 	what  string // for the story
 	write func(ctx context.Context, name string, token uint64, v string) error
 	close func() error
 }
 
-// startResource starts the resource: a redis-server written through
-// fence.Redis when redis-server is installed, else a one-member etcd in
-// this process written through etcdfence.
+// startResource creates the resource: a SQLite database in a new
+// temporary directory (the pure-Go driver, in this process), with the
+// guard's fence table and a table of reports, one row per name.
 func startResource(ctx context.Context) (*resource, error) {
-	if _, err := lookupRedis(); err == nil {
-		srv, err := redistest.StartServer(ctx, nil)
-		if err != nil {
-			return nil, err
-		}
-		c := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
-		g, err := fence.NewRedis(c, nil)
-		if err != nil {
-			return nil, errors.Join(err, c.Close(), srv.Close())
-		}
-		return &resource{
-			what: fmt.Sprintf("a redis-server at %s, written through fence's Redis guard", srv.Addr()),
-			write: func(ctx context.Context, name string, token uint64, v string) error {
-				return g.Set(ctx, name, token, "{"+name+"}:report", v, 0)
-			},
-			close: func() error { return errors.Join(c.Close(), srv.Close()) },
-		}, nil
-	}
-	cl, err := etcdtest.StartServer(ctx, nil)
+	dir, err := os.MkdirTemp("", "dsync-demo-resource-")
 	if err != nil {
 		return nil, err
 	}
-	c, err := cl.NewClient()
+	file := filepath.Join(dir, "reports.db")
+	db, err := sql.Open("sqlite", "file:"+file+"?_pragma=busy_timeout(5000)")
 	if err != nil {
-		return nil, errors.Join(err, cl.Close())
+		return nil, errors.Join(err, os.RemoveAll(dir))
 	}
-	g, err := etcdfence.New(c, nil)
+	closeAll := func() error { return errors.Join(db.Close(), os.RemoveAll(dir)) }
+	g, err := fence.NewSQL(db, fence.SQLite, nil)
+	if err == nil {
+		err = g.CreateTable(ctx)
+	}
+	if err == nil {
+		_, err = db.ExecContext(ctx, `CREATE TABLE reports (name TEXT PRIMARY KEY, body TEXT NOT NULL)`)
+	}
 	if err != nil {
-		return nil, errors.Join(err, c.Close(), cl.Close())
+		return nil, errors.Join(fmt.Errorf("the resource's database: %w", err), closeAll())
 	}
 	return &resource{
-		what: fmt.Sprintf("an etcd at %s, written through etcdfence", cl.Endpoint(0)),
+		what: fmt.Sprintf("a SQLite database (%s), written through fence's SQL guard", file),
 		write: func(ctx context.Context, name string, token uint64, v string) error {
-			_, err := g.Txn(ctx, name, token).Then(clientv3.OpPut("report/"+name, v)).Commit()
-			return err
+			return g.Do(ctx, name, token, func(tx *sql.Tx) error {
+				_, err := tx.ExecContext(ctx,
+					`INSERT INTO reports (name, body) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET body = excluded.body`, name, v)
+				return err
+			})
 		},
-		close: func() error { return errors.Join(c.Close(), cl.Close()) },
+		close: closeAll,
 	}, nil
 }

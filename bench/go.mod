@@ -6,9 +6,9 @@ replace github.com/dsync-dev/dsync => ..
 
 require (
 	github.com/bsm/redislock v0.9.4
-	github.com/dsync-dev/dsync v0.0.0-00010101000000-000000000000
-	github.com/dsync-dev/dsync/backends/etcd v0.0.0-00010101000000-000000000000
-	github.com/dsync-dev/dsync/internal/testenv/etcdtest v0.0.0-00010101000000-000000000000
+	github.com/dsync-dev/dsync v0.1.0
+	github.com/dsync-dev/dsync/backends/etcd v0.1.0
+	github.com/dsync-dev/dsync/internal/testenv/etcdtest v0.1.0
 	github.com/go-redsync/redsync/v4 v4.18.1
 	github.com/redis/go-redis/v9 v9.23.0
 	go.etcd.io/etcd/api/v3 v3.7.3

@@ -9,8 +9,8 @@ replace github.com/dsync-dev/dsync/backends/etcd => ../backends/etcd
 replace github.com/dsync-dev/dsync/internal/testenv/etcdtest => ../internal/testenv/etcdtest
 
 require (
-	github.com/dsync-dev/dsync v0.0.0-00010101000000-000000000000
-	github.com/dsync-dev/dsync/backends/etcd v0.0.0-00010101000000-000000000000
+	github.com/dsync-dev/dsync v0.1.0
+	github.com/dsync-dev/dsync/backends/etcd v0.1.0
 	github.com/prometheus/client_golang v1.24.1
 	github.com/prometheus/client_model v0.6.2
 	go.opentelemetry.io/otel/exporters/prometheus v0.67.0

@@ -6,10 +6,10 @@ replace github.com/dsync-dev/dsync => ..
 
 require (
 	github.com/anishathalye/porcupine v1.3.1
-	github.com/dsync-dev/dsync v0.0.0-00010101000000-000000000000
-	github.com/dsync-dev/dsync/backends/etcd v0.0.0-00010101000000-000000000000
-	github.com/dsync-dev/dsync/fence/etcdfence v0.0.0-00010101000000-000000000000
-	github.com/dsync-dev/dsync/internal/testenv/etcdtest v0.0.0-00010101000000-000000000000
+	github.com/dsync-dev/dsync v0.1.0
+	github.com/dsync-dev/dsync/backends/etcd v0.1.0
+	github.com/dsync-dev/dsync/fence/etcdfence v0.1.0
+	github.com/dsync-dev/dsync/internal/testenv/etcdtest v0.1.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/redis/go-redis/v9 v9.23.0
 	go.etcd.io/etcd/client/v3 v3.7.3

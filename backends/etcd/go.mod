@@ -7,8 +7,8 @@ replace github.com/dsync-dev/dsync => ../..
 replace github.com/dsync-dev/dsync/internal/testenv/etcdtest => ../../internal/testenv/etcdtest
 
 require (
-	github.com/dsync-dev/dsync v0.0.0-00010101000000-000000000000
-	github.com/dsync-dev/dsync/internal/testenv/etcdtest v0.0.0-00010101000000-000000000000
+	github.com/dsync-dev/dsync v0.1.0
+	github.com/dsync-dev/dsync/internal/testenv/etcdtest v0.1.0
 	go.etcd.io/etcd/api/v3 v3.7.3
 	go.etcd.io/etcd/client/v3 v3.7.3
 	go.etcd.io/etcd/server/v3 v3.7.3

@@ -13,10 +13,10 @@ replace github.com/dsync-dev/dsync/internal/testenv/etcdtest => ../../internal/t
 replace github.com/dsync-dev/dsync/tests => ../../tests
 
 require (
-	github.com/dsync-dev/dsync v0.0.0-00010101000000-000000000000
-	github.com/dsync-dev/dsync/backends/etcd v0.0.0-00010101000000-000000000000
-	github.com/dsync-dev/dsync/internal/testenv/etcdtest v0.0.0-00010101000000-000000000000
-	github.com/dsync-dev/dsync/tests v0.0.0-00010101000000-000000000000
+	github.com/dsync-dev/dsync v0.1.0
+	github.com/dsync-dev/dsync/backends/etcd v0.1.0
+	github.com/dsync-dev/dsync/internal/testenv/etcdtest v0.1.0
+	github.com/dsync-dev/dsync/tests v0.1.0
 	github.com/redis/go-redis/v9 v9.23.0
 	modernc.org/sqlite v1.62.0
 )
@@ -29,7 +29,7 @@ require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/coreos/go-semver v0.3.1 // indirect
 	github.com/coreos/go-systemd/v22 v22.7.0 // indirect
-	github.com/dsync-dev/dsync/fence/etcdfence v0.0.0-00010101000000-000000000000 // indirect
+	github.com/dsync-dev/dsync/fence/etcdfence v0.1.0 // indirect
 	github.com/dustin/go-humanize v1.1.0 // indirect
 	github.com/go-logr/logr v1.4.4 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect

@@ -9,9 +9,9 @@ replace github.com/dsync-dev/dsync/backends/etcd => ../../backends/etcd
 replace github.com/dsync-dev/dsync/internal/testenv/etcdtest => ../../internal/testenv/etcdtest
 
 require (
-	github.com/dsync-dev/dsync v0.0.0-00010101000000-000000000000
-	github.com/dsync-dev/dsync/backends/etcd v0.0.0-00010101000000-000000000000
-	github.com/dsync-dev/dsync/internal/testenv/etcdtest v0.0.0-00010101000000-000000000000
+	github.com/dsync-dev/dsync v0.1.0
+	github.com/dsync-dev/dsync/backends/etcd v0.1.0
+	github.com/dsync-dev/dsync/internal/testenv/etcdtest v0.1.0
 	go.etcd.io/etcd/api/v3 v3.7.3
 	go.etcd.io/etcd/client/v3 v3.7.3
 )

@@ -39,8 +39,11 @@ func untilLanded[T any](t *testing.T, trial func(key string) (T, string)) T {
 // pauseMissed says why a pause of h's holder did not land as a paused-
 // holder scenario needs, or "": it must begin before the holder began to
 // release and end after the hold's expiry, and, with lateWrite, the
-// holder must send a write after the hold's expiry. (Not "after the
-// resume" as the harness clocks it: the holder, woken by SIGCONT, may
+// holder must send a write after the hold's expiry and after SIGSTOP was
+// sent (Injected), which a stopped process can only do once resumed: a
+// write sent before, still in flight during the pause, may have reached
+// the store before the next holder's, and is no late write. (Not "after
+// the resume" as the harness clocks it: the holder, woken by SIGCONT, may
 // stamp its write before the harness stamps the resume.)
 func pauseMissed(h *Hold, pause Span, lateWrite bool) string {
 	switch {
@@ -51,7 +54,7 @@ func pauseMissed(h *Hold, pause Span, lateWrite bool) string {
 	}
 	if lateWrite {
 		for _, w := range h.Writes {
-			if w.Start > h.Expiry {
+			if w.Start > h.Expiry && w.Start > pause.Injected {
 				return ""
 			}
 		}
@@ -59,7 +62,7 @@ func pauseMissed(h *Hold, pause Span, lateWrite bool) string {
 		for i, w := range h.Writes {
 			starts[i] = ms(w.Start - h.Acquired)
 		}
-		return fmt.Sprintf("the holder sent no write after its hold's expiry (after its grant: pause %v to %v, expiry %v, writes at %v)",
+		return fmt.Sprintf("the holder sent no write after both its hold's expiry and the pause (after its grant: pause %v to %v, expiry %v, writes at %v)",
 			ms(pause.Injected-h.Acquired), ms(pause.Healed-h.Acquired), ms(h.Expiry-h.Acquired), starts)
 	}
 	return ""

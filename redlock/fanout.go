@@ -69,7 +69,9 @@ func fanOutValues[T any](d *driver, ctx context.Context, nt time.Duration, sel s
 				// first, or one after a restart) answered for the process
 				// that connection reached, which the selector can judge
 				// only now that its hook has read the run_id and uptime.
-				err = sel(n, time.Now())
+				now := time.Now()
+				n.answered(now)
+				err = sel(n, now)
 			}
 			results <- nodeResult[T]{i, v, err}
 		})

@@ -12,9 +12,10 @@ import (
 
 // Health implements backends.Driver: a PING to every node in parallel,
 // each bounded by the per-node timeout and ctx, with each node's restart
-// quarantine. It is OK when a quorum of nodes answer and are not
-// quarantined. A node that connects anew meanwhile reports its restart,
-// as for any request. After Close it returns ErrClosed.
+// quarantine and persistence (as last read on connecting). It is OK when
+// a quorum of nodes answer and are not quarantined, and Degraded with
+// fewer than 3 nodes. A node that connects anew meanwhile reports its
+// restart, as for any request. After Close it returns ErrClosed.
 func (d *driver) Health(ctx context.Context) (backends.Health, error) {
 	if d.closed.Load() {
 		return backends.Health{}, backends.ErrClosed
@@ -43,6 +44,14 @@ func (d *driver) Health(ctx context.Context) (backends.Health, error) {
 		if failed[i] == nil {
 			nh.Reachable, nh.Latency = true, rtts[i]
 		}
+		pers := n.persistence()
+		nh.Durable = pers.durable
+		switch {
+		case pers.durable:
+			nh.Detail = "persists every write (" + pers.what + "): a restart votes at once"
+		case pers.what != "":
+			nh.Detail = "restarts quarantined (" + pers.what + ")"
+		}
 		if until := n.quarantinedUntil(); until.After(now) {
 			nh.QuarantinedUntil = until
 			nh.Detail = "quarantined after a restart"
@@ -56,5 +65,15 @@ func (d *driver) Health(ctx context.Context) (backends.Health, error) {
 	if !h.OK {
 		h.Reason = fmt.Sprintf("%d of %d nodes answer and vote, %d needed", voting, len(d.nodes), d.quorum)
 	}
+	h.Degraded = fewNodes(len(d.nodes))
 	return h, nil
+}
+
+// fewNodes says why n nodes are too few, or "" when they are not: below
+// 3, one node down leaves no quorum.
+func fewNodes(n int) string {
+	if n >= 3 {
+		return ""
+	}
+	return fmt.Sprintf("%d of at least 3 nodes: a quorum of %d tolerates no node down", n, n/2+1)
 }

@@ -75,5 +75,5 @@ func fewNodes(n int) string {
 	if n >= 3 {
 		return ""
 	}
-	return fmt.Sprintf("%d of at least 3 nodes: a quorum of %d tolerates no node down", n, n/2+1)
+	return fmt.Sprintf("%d node(s), fewer than 3: the quorum of %d tolerates no node down", n, n/2+1)
 }

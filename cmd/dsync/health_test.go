@@ -62,7 +62,7 @@ func TestFewRedlockNodes(t *testing.T) {
 	masters := redistest.StartN(t, 2, nil)
 	url := "redlock://" + masters[0].Addr() + "," + masters[1].Addr() + "/?quarantine=false"
 	code, out, errOut := runCLI(t, "health", "--url", url)
-	if code != exitOK || !strings.Contains(out, "can serve; degraded: 2 of at least 3 nodes") {
+	if code != exitOK || !strings.Contains(out, "can serve; degraded: 2 node(s), fewer than 3") {
 		t.Errorf("health of a 2-node Redlock: exit %d, stdout %q, stderr %q; want 0 and degraded", code, out, errOut)
 	}
 	code, out, _ = runCLI(t, "health", "--json", "--url", url)

@@ -48,13 +48,15 @@ func learnRestart(t *testing.T, d *redlock.Driver, i int, s *redistest.Server) {
 // the durable one for a client that first reaches it after its restart.
 //
 // Node 2 is cut off from client B, so that B's quorum (2 of 3) needs node
-// 0's vote: B's grant right after the restart shows that node 0 voted.
+// 0's vote: B's grant of a free key right after the restart shows that
+// node 0 voted, and its refusal of A's key (which node 1 is made to lose)
+// that node 0 refused it.
 func TestRestartOfDurableMaster(t *testing.T) {
 	t.Parallel()
 	// Longer than faultMaxTTL: every check after the restart must land
 	// within it, and within A's hold, on a busy machine.
 	const maxTTL = 5 * time.Second
-	query := fmt.Sprintf("max_ttl=%v&node_timeout=%v", maxTTL, faultNodeTimeout)
+	query := fmt.Sprintf("max_ttl=%v&node_timeout=%v", maxTTL, time.Second) // a generous node timeout: this test is not about speed
 	for _, c := range []struct {
 		name    string
 		args    []string
@@ -102,6 +104,11 @@ func TestRestartOfDurableMaster(t *testing.T) {
 				t.Fatalf("A's key is on nodes %v, want node 0 among them", held)
 			}
 
+			// The new process must start in a later wall-clock second
+			// than node 0's last answer to B (its warm-up release): its
+			// uptime is whole seconds, and one started in the same second
+			// could have been up already, another server.
+			time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second + 10*time.Millisecond))) // a wall-clock instant, not a condition
 			if err := servers[0].Restart(ctx); err != nil { // SIGKILL, then a start on the same data
 				t.Fatal(err)
 			}
@@ -111,6 +118,12 @@ func TestRestartOfDurableMaster(t *testing.T) {
 				t.Fatalf("node 0 lost A's hold in the restart (holds %q): the test needs a master that keeps it", got)
 			}
 
+			// Node 1 loses A's hold behind the driver's back, so that
+			// node 0's vote decides B's attempt on A's key: node 1 grants
+			// it, node 2 is cut off.
+			if err := servers[1].NewClient(t).Del(ctx, redisKey("held")).Err(); err != nil {
+				t.Fatal(err)
+			}
 			qerr := bd.QuarantineCheck(time.Now())
 			free, err := newLocker(t, bBackend, "free", &locker.Options{TTL: ttl}).TryAcquire(ctx)
 			_, herr := newLocker(t, bBackend, "held", &locker.Options{TTL: ttl}).TryAcquire(ctx)

@@ -86,9 +86,9 @@ func newNode(index int, opts *goredis.Options, o *Options, ids *identities, tel 
 // answering (see readPersistence) and the driver saw it do so on both
 // sides: every reading of the process before the restart said so, the
 // first reading of the new one (this one) says so, and the new process
-// started less than MaxTTL after the node last answered, so that no
-// process the driver never saw can have run in between long enough to
-// leave its quarantine (see docs/redlock.md). The new process then holds
+// started after the node last answered, but less than MaxTTL after, so
+// that no process the driver never saw can have run in between long
+// enough to leave its quarantine (see docs/redlock.md). The new process then holds
 // every hold and fence counter the old one acknowledged. A later reading
 // of a process can only withdraw its durability, never grant it.
 func (n *node) onConnect(ctx context.Context, cn *goredis.Conn) error {
@@ -122,9 +122,14 @@ func (n *node) onConnect(ctx context.Context, cn *goredis.Conn) error {
 	// restart of that one but another server at the node's address (a
 	// moved DNS name or virtual IP, a port another process took): the
 	// locks the other one granted may live until MaxTTL from now.
-	replaced := restarted && now.Add(-uptime).Before(n.reached)
-	started := now.Add(-uptime).Add(time.Second)
-	durable := restarted && !replaced && n.persist.durable && pers.durable && started.Sub(heard) < n.maxTTL
+	earliest := now.Add(-uptime)
+	replaced := restarted && earliest.Before(n.reached)
+	started := earliest.Add(time.Second)
+	// A durable restart must have started after the old process last
+	// answered (it cannot be another server, up while that one was), by
+	// its uptime's whole seconds: one in the same second is quarantined.
+	durable := restarted && !earliest.Before(heard) && started.Sub(heard) < n.maxTTL &&
+		n.persist.durable && pers.durable
 	switch {
 	case runID != n.runID:
 		n.persist = pers
@@ -156,9 +161,16 @@ func (n *node) onConnect(ctx context.Context, cn *goredis.Conn) error {
 	return nil
 }
 
-// answered records that the node answered a request at now.
+// answered records that the node answered a request at now, unless it
+// is known to have answered later.
 func (n *node) answered(now time.Time) {
-	n.heard.Store(int64(now.Sub(n.born)))
+	at := int64(now.Sub(n.born))
+	for {
+		old := n.heard.Load()
+		if old >= at || n.heard.CompareAndSwap(old, at) {
+			return
+		}
+	}
 }
 
 // persistence returns the persistence of the node's current server

@@ -109,7 +109,8 @@ func TestRestartOfDurableMaster(t *testing.T) {
 			// uptime is whole seconds, and one started in the same second
 			// could have been up already, another server.
 			time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second + 10*time.Millisecond))) // a wall-clock instant, not a condition
-			if err := servers[0].Restart(ctx); err != nil {                                                 // SIGKILL, then a start on the same data
+			// SIGKILL, then a start on the same data.
+			if err := servers[0].Restart(ctx); err != nil {
 				t.Fatal(err)
 			}
 			restarted := time.Now()

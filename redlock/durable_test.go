@@ -173,49 +173,77 @@ func TestRestartOfDurableMaster(t *testing.T) {
 }
 
 // TestDurabilityWithdrawn: a master whose appendfsync is lowered at run
-// time (CONFIG SET) is no longer durable once a connection reads it, and
-// its next restart is quarantined: a later reading of a process can only
-// withdraw its durability.
+// time (CONFIG SET) is no longer durable once the driver reads it again,
+// on a new connection (node 1) or in a Health call (node 0), and its next
+// restart is quarantined, although the setting was raised again before
+// it: a later reading of a process can only withdraw its durability.
 func TestDurabilityWithdrawn(t *testing.T) {
 	t.Parallel()
 	servers := agedServers(t, 3, &redistest.Options{Persistent: true})
 	b, d := openBackend(t, redlockURL(servers, faultQuery("")))
 	ctx := context.Background()
-	admin := servers[0].NewClient(t)
-	if err := admin.ConfigSet(ctx, "appendfsync", "everysec").Err(); err != nil {
-		t.Fatal(err)
+	lower := func(i int) *goredis.Client {
+		t.Helper()
+		admin := servers[i].NewClient(t)
+		if err := admin.ConfigSet(ctx, "appendfsync", "everysec").Err(); err != nil {
+			t.Fatal(err)
+		}
+		return admin
 	}
-	// The driver's connections to node 0 end; its next one reads the new
-	// setting.
+	restart := func(i int, admin *goredis.Client) {
+		t.Helper()
+		if err := admin.ConfigSet(ctx, "appendfsync", "always").Err(); err != nil {
+			t.Fatal(err)
+		}
+		// In a later wall-clock second than the node's last answer, as
+		// TestRestartOfDurableMaster explains.
+		time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second + 10*time.Millisecond))) // a wall-clock instant, not a condition
+		if err := servers[i].Restart(ctx); err != nil {
+			t.Fatal(err)
+		}
+		learnRestart(t, d, i, servers[i])
+		if err := d.QuarantineCheck(time.Now()); !errors.Is(err, redlock.ErrQuarantined) || !strings.Contains(err.Error(), servers[i].Addr()) {
+			t.Errorf("node %d ran with appendfsync everysec for a while before its restart: %v, want it quarantined", i, err)
+		}
+	}
+
+	// Node 1, read on a new connection: the driver's connections to it
+	// end, and it reconnects.
+	admin := lower(1)
 	if err := admin.ClientKillByFilter(ctx, "TYPE", "normal").Err(); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		h, err := b.Health(ctx)
+		hctx, cancel := context.WithTimeout(ctx, time.Second)
+		_, _ = d.Holder(hctx, "reconnect")
+		cancel()
+		list, err := admin.ClientList(ctx).Result()
 		if err != nil {
 			t.Fatal(err)
 		}
-		if n := h.Nodes[0]; n.Reachable && !n.Durable {
-			if !strings.Contains(n.Detail, "appendfsync everysec") {
-				t.Errorf("node 0's Detail %q does not say why it is not durable", n.Detail)
-			}
+		if strings.Count(list, "cmd=") > strings.Count(list, "flags=P")+1 { // the driver's and admin's own, not the driver's subscriptions
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("node 0 still durable after CONFIG SET appendfsync everysec and a new connection: %+v", h.Nodes[0])
+			t.Fatalf("the driver never reconnected to node 1: %s", list)
 		}
 	}
-	if err := admin.ConfigSet(ctx, "appendfsync", "always").Err(); err != nil {
+	restart(1, admin)
+
+	// Node 0, read by Health.
+	admin = lower(0)
+	h, err := b.Health(ctx)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := servers[0].Restart(ctx); err != nil {
-		t.Fatal(err)
+	if n := h.Nodes[0]; !n.Reachable || n.Durable || !strings.Contains(n.Detail, "appendfsync everysec") {
+		t.Fatalf("node 0 after CONFIG SET appendfsync everysec: %+v, want reachable, not durable, and why", n)
 	}
-	learnRestart(t, d, 0, servers[0])
-	if err := d.QuarantineCheck(time.Now()); !errors.Is(err, redlock.ErrQuarantined) {
-		t.Errorf("node 0 ran with appendfsync everysec before its restart: %v, want it quarantined", err)
+	if !h.Nodes[2].Durable {
+		t.Errorf("node 2, untouched: %+v, want durable", h.Nodes[2])
 	}
+	restart(0, admin)
 }
 
 // TestReadPersistence: a server counts as durable only with the whole

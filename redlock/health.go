@@ -6,13 +6,16 @@ import (
 	"fmt"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	"github.com/dsync-dev/dsync/backends"
 	"github.com/dsync-dev/dsync/internal/telemetry"
 )
 
 // Health implements backends.Driver: a PING to every node in parallel,
 // each bounded by the per-node timeout and ctx, with each node's restart
-// quarantine and persistence (as last read on connecting). It is OK when
+// quarantine and persistence (read again, in the same round trip: a
+// reading can withdraw a node's durability, never grant it). It is OK when
 // a quorum of nodes answer and are not quarantined, and Degraded with
 // fewer than 3 nodes. A node that connects anew meanwhile reports its
 // restart, as for any request. After Close it returns ErrClosed.
@@ -26,8 +29,20 @@ func (d *driver) Health(ctx context.Context) (backends.Health, error) {
 	nt, _ := d.timeoutFor(d.maxTTL)
 	rtts, _, errs := fanOutValues(d, ctx, nt, everyServer, telemetry.NodePing, func(ctx context.Context, n *node) (time.Duration, error) {
 		start := time.Now()
-		err := n.client.Ping(ctx).Err()
-		return time.Since(start), err
+		var ping *goredis.StatusCmd
+		var info *goredis.StringCmd
+		var fsync, noRewrite *goredis.MapStringStringCmd
+		_, _ = n.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
+			ping = p.Ping(ctx)
+			info, fsync, noRewrite = queuePersistence(ctx, p)
+			return nil
+		})
+		rtt := time.Since(start)
+		if err := ping.Err(); err != nil {
+			return rtt, err
+		}
+		n.reread(readPersistence(info, fsync, noRewrite))
+		return rtt, nil
 	})
 	failed := make([]error, len(d.nodes))
 	for _, e := range errs.WrappedErrors() {

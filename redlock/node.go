@@ -90,7 +90,8 @@ func newNode(index int, opts *goredis.Options, o *Options, ids *identities, tel 
 // that no process the driver never saw can have run in between long
 // enough to leave its quarantine (see docs/redlock.md). The new process then holds
 // every hold and fence counter the old one acknowledged. A later reading
-// of a process can only withdraw its durability, never grant it.
+// of a process (a later connection, a Health call) can only withdraw its
+// durability, never grant it.
 func (n *node) onConnect(ctx context.Context, cn *goredis.Conn) error {
 	var info, pinfo *goredis.StringCmd
 	var fsync, noRewrite *goredis.MapStringStringCmd
@@ -171,6 +172,17 @@ func (n *node) answered(now time.Time) {
 			return
 		}
 	}
+}
+
+// reread records a reading of the persistence of the node's server made
+// on a pooled connection: it can withdraw durability, never grant it.
+func (n *node) reread(p persistence) {
+	if p.durable {
+		return
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.persist = p
 }
 
 // persistence returns the persistence of the node's current server

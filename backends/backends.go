@@ -296,6 +296,10 @@ type Health struct {
 	OK bool
 	// Reason says why not, in a few words, when OK is false.
 	Reason string
+	// Degraded says, in a few words, why the backend serves but tolerates
+	// fewer failures than it should (a Redlock of fewer than 3 nodes,
+	// which one node down stops), whatever OK says; empty otherwise.
+	Degraded string
 	// Nodes has one entry per server or member the driver talks to, in
 	// the driver's order.
 	Nodes []NodeHealth
@@ -313,6 +317,11 @@ type NodeHealth struct {
 	// QuarantinedUntil is, for a Redlock node restarted less than MaxTTL
 	// ago, the local time at which its vote counts again; zero otherwise.
 	QuarantinedUntil time.Time
+	// Durable reports, for a Redlock node, that its server persists every
+	// write before answering (AOF on, appendfsync always) as far as the
+	// driver read it, so that a restart of it the driver sees is not
+	// quarantined (see docs/redlock.md).
+	Durable bool
 	// Detail is what else the probe learned ("leader", "follower"), or
 	// empty.
 	Detail string

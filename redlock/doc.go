@@ -4,7 +4,8 @@
 //
 // What it promises: while a majority of the masters keep their data, or
 // lose it only in restarts after which they sit out MaxTTL (the restart
-// quarantine, which the backend enforces by run_id), at most one client
+// quarantine, which the backend enforces by run_id, and skips for masters
+// seen to persist every write), at most one client
 // holds a lock, a semaphore admits at most its size, and fencing tokens
 // grow with every hold of a key. Validity is the TTL less the time the
 // attempt took and a drift allowance, measured by the layer above.

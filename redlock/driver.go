@@ -44,7 +44,9 @@ type Options struct {
 	NodeTimeout time.Duration
 	// MaxTTL is the largest TTL any client of these nodes uses: larger TTLs
 	// are rejected, and a node whose server process is younger than MaxTTL
-	// is quarantined until it is not. Default 1 minute.
+	// is quarantined until it is not, unless the driver saw it restart
+	// persisting every write on both sides (AOF with appendfsync always;
+	// docs/redlock.md). Default 1 minute.
 	MaxTTL time.Duration
 	// NoQuarantine lets restarted nodes vote at once. It is unsafe (a node
 	// restarted without persistence can grant a held lock twice) and exists
@@ -187,7 +189,11 @@ func newDriver(ctx context.Context, nodes []*goredis.Options, opts *Options, poo
 		_ = d.Close()
 		return nil, nil, err
 	}
-	if len(nodes)%2 == 0 {
+	switch {
+	case len(nodes) < 3:
+		d.tel.Log(slog.LevelWarn, "dsync: redlock: fewer than 3 nodes tolerate no node down",
+			slog.Int("nodes", len(nodes)), slog.Int("quorum", d.quorum))
+	case len(nodes)%2 == 0:
 		d.tel.Log(slog.LevelWarn, "dsync: redlock: an even number of nodes tolerates no more failures than one node fewer",
 			slog.Int("nodes", len(nodes)), slog.Int("quorum", d.quorum))
 	}

@@ -83,3 +83,13 @@ func (g *goroutines) Stop() {
 
 // ParseServerInfo is parseServerInfo, for its table test.
 var ParseServerInfo = parseServerInfo
+
+// RunIDOf is the run_id of the server process node i last connected to.
+func RunIDOf(d *Driver, i int) string { return d.nodes[i].currentRunID() }
+
+// ReadPersistence is readPersistence, for its table test: whether the
+// replies show a server that persists every write, and why not.
+func ReadPersistence(info *goredis.StringCmd, fsync, noRewrite *goredis.MapStringStringCmd) (bool, string) {
+	p := readPersistence(info, fsync, noRewrite)
+	return p.durable, p.what
+}

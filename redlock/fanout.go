@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"time"
 
@@ -64,12 +65,16 @@ func fanOutValues[T any](d *driver, ctx context.Context, nt time.Duration, sel s
 			v, err := op(sctx, n)
 			call.End(sctx, err)
 			cancel()
+			now := time.Now()
+			if err == nil || errors.Is(err, backends.ErrNotAcquired) || errors.Is(err, backends.ErrNotHeld) {
+				n.answered(now)
+			}
 			if err == nil {
 				// A request that ran on a new connection (the node's
 				// first, or one after a restart) answered for the process
 				// that connection reached, which the selector can judge
 				// only now that its hook has read the run_id and uptime.
-				err = sel(n, time.Now())
+				err = sel(n, now)
 			}
 			results <- nodeResult[T]{i, v, err}
 		})

@@ -1433,16 +1433,26 @@ func TestConfiguration(t *testing.T) {
 			t.Fatalf("nodes %v, want %v", d.Nodes(), addrs)
 		}
 	})
-	t.Run("even number of nodes", func(t *testing.T) {
-		var log bytes.Buffer
-		opts := []*goredis.Options{{Addr: addrs[0]}, {Addr: addrs[1]}}
-		d, err := redlock.NewDriver(ctx, opts, &redlock.Options{MaxTTL: faultMaxTTL, BackendOptions: dsync.BackendOptions{Telemetry: dsync.Telemetry{Logger: slog.New(slog.NewTextHandler(&log, nil))}}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer d.Close()
-		if d.Quorum() != 2 || !strings.Contains(log.String(), "even number") {
-			t.Errorf("quorum %d, log %q: want 2 and a warning about the even number of nodes", d.Quorum(), log.String())
+	t.Run("fewer than 3 nodes", func(t *testing.T) {
+		for n := 1; n <= 3; n++ {
+			var log bytes.Buffer
+			var opts []*goredis.Options
+			for _, a := range addrs[:n] {
+				opts = append(opts, &goredis.Options{Addr: a})
+			}
+			d, err := redlock.NewDriver(ctx, opts, &redlock.Options{MaxTTL: faultMaxTTL, BackendOptions: dsync.BackendOptions{Telemetry: dsync.Telemetry{Logger: slog.New(slog.NewTextHandler(&log, nil))}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			h, err := d.Health(ctx)
+			_ = d.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			warned := strings.Contains(log.String(), "fewer than 3 nodes")
+			if few := n < 3; few != warned || few != (h.Degraded != "") || few != strings.Contains(h.Degraded, "tolerates no node down") {
+				t.Errorf("%d nodes: log %q, Health.Degraded %q: want a warning and Degraded naming the lack of tolerance exactly below 3 nodes", n, log.String(), h.Degraded)
+			}
 		}
 	})
 	t.Run("password never printed", func(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -32,11 +33,19 @@ type node struct {
 
 	tel *telemetry.Nodes
 
+	// born is when the node was made; heard, the time since born at which
+	// the node last answered a request (any process's answer).
+	born  time.Time
+	heard atomic.Int64
+
 	mu      sync.Mutex // protects the fields below
 	runID   string     // of the server process last connected to
 	reached time.Time  // when it was last connected to
 	until   time.Time  // quarantined before this local time
 	alias   error      // matches ErrAlias while that process is another node's
+	// persist is runID's persistence: durable while every reading of it,
+	// one per connection to it, said so (see onConnect).
+	persist persistence
 	// back fires at until, to report the end of a quarantine reported
 	// begun (told); closed stops it for good.
 	back   *time.Timer
@@ -45,7 +54,7 @@ type node struct {
 }
 
 func newNode(index int, opts *goredis.Options, o *Options, ids *identities, tel *telemetry.Nodes) (*node, error) {
-	n := &node{index: index, addr: opts.Addr, maxTTL: o.MaxTTL, quarantine: !o.NoQuarantine, ids: ids, tel: tel}
+	n := &node{index: index, addr: opts.Addr, maxTTL: o.MaxTTL, quarantine: !o.NoQuarantine, ids: ids, tel: tel, born: time.Now()}
 	co := redisnode.Own(opts)
 	co.MaxRetries = -1 // one attempt per call: dsync knows what is safe to repeat
 	userHook := opts.OnConnect
@@ -67,23 +76,44 @@ func newNode(index int, opts *goredis.Options, o *Options, ids *identities, tel 
 	return n, nil
 }
 
-// onConnect reads the server's run_id and uptime on every new connection.
-// A connection reaches one server process for its whole life, so every
-// command sent on it is attributed to the process recorded here: its
-// quarantine, and whether another node reached it first (an alias).
+// onConnect reads the server's run_id, uptime and persistence on every
+// new connection, in one round trip. A connection reaches one server
+// process for its whole life, so every command sent on it is attributed
+// to the process recorded here: its quarantine, and whether another node
+// reached it first (an alias).
+//
+// A restart is not quarantined when the node persists every write before
+// answering (see readPersistence) and the driver saw it do so on both
+// sides: every reading of the process before the restart said so, the
+// first reading of the new one (this one) says so, and the new process
+// started after the node last answered, but less than MaxTTL after, so
+// that no process the driver never saw can have run in between long
+// enough to leave its quarantine (see docs/redlock.md). The new process then holds
+// every hold and fence counter the old one acknowledged. A later reading
+// of a process (a later connection, a Health call) can only withdraw its
+// durability, never grant it.
 func (n *node) onConnect(ctx context.Context, cn *goredis.Conn) error {
-	info, err := cn.Info(ctx, "server").Result()
-	if err != nil {
+	var info, pinfo *goredis.StringCmd
+	var fsync, noRewrite *goredis.MapStringStringCmd
+	_, _ = cn.Pipelined(ctx, func(p goredis.Pipeliner) error {
+		info = p.Info(ctx, "server")
+		pinfo, fsync, noRewrite = queuePersistence(ctx, p)
+		return nil
+	})
+	if err := info.Err(); err != nil {
 		return fmt.Errorf("redlock: INFO server on connect: %w", err)
 	}
-	runID, uptime, err := parseServerInfo(info)
+	runID, uptime, err := parseServerInfo(info.Val())
 	if err != nil {
 		return err
 	}
+	pers := readPersistence(pinfo, fsync, noRewrite)
 	alias := n.ids.connected(n, runID)
 	now := time.Now()
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	heard := n.born.Add(time.Duration(n.heard.Load()))
+	n.answered(now)
 	restarted := n.runID != "" && n.runID != runID
 	// uptime is the time since the start of the second in which the
 	// process started (see parseServerInfo), so it started before
@@ -93,9 +123,29 @@ func (n *node) onConnect(ctx context.Context, cn *goredis.Conn) error {
 	// restart of that one but another server at the node's address (a
 	// moved DNS name or virtual IP, a port another process took): the
 	// locks the other one granted may live until MaxTTL from now.
-	replaced := restarted && now.Add(-uptime).Before(n.reached)
+	earliest := now.Add(-uptime)
+	replaced := restarted && earliest.Before(n.reached)
+	started := earliest.Add(time.Second)
+	// A durable restart must have started after the old process last
+	// answered (it cannot be another server, up while that one was), by
+	// its uptime's whole seconds: one in the same second is quarantined.
+	durable := restarted && !earliest.Before(heard) && started.Sub(heard) < n.maxTTL &&
+		n.persist.durable && pers.durable
+	switch {
+	case runID != n.runID:
+		n.persist = pers
+	case !pers.durable:
+		n.persist = pers
+	}
 	n.runID, n.alias, n.reached = runID, alias, now
-	started := now.Add(-uptime).Add(time.Second)
+	if durable {
+		// The new process keeps what the old one had, quarantine
+		// included: n.until stays.
+		if n.quarantine && !n.closed {
+			n.tel.RestartedDurable(n.index)
+		}
+		return nil
+	}
 	if n.quarantine {
 		end := started.Add(n.maxTTL)
 		if replaced {
@@ -110,6 +160,37 @@ func (n *node) onConnect(ctx context.Context, cn *goredis.Conn) error {
 		}
 	}
 	return nil
+}
+
+// answered records that the node answered a request at now, unless it
+// is known to have answered later.
+func (n *node) answered(now time.Time) {
+	at := int64(now.Sub(n.born))
+	for {
+		old := n.heard.Load()
+		if old >= at || n.heard.CompareAndSwap(old, at) {
+			return
+		}
+	}
+}
+
+// reread records a reading of the persistence of the node's server made
+// on a pooled connection: it can withdraw durability, never grant it.
+func (n *node) reread(p persistence) {
+	if p.durable {
+		return
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.persist = p
+}
+
+// persistence returns the persistence of the node's current server
+// process.
+func (n *node) persistence() persistence {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.persist
 }
 
 // watchQuarantine reports a quarantine begun, and arms the timer that

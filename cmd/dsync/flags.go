@@ -6,11 +6,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	neturl "net/url"
 	"os"
 	"strings"
 	"time"
 
 	"github.com/dsync-dev/dsync"
+	"github.com/dsync-dev/dsync/backends"
 )
 
 // cmdFlags is a subcommand's flags with dsync's conventions: flags before or
@@ -147,14 +149,41 @@ func (c *cmdFlags) parseNamed(args []string, io stdio) (p parsed, name string, c
 const noBackend = "no backend: pass --url or set DSYNC_URL (see dsync url-help)"
 
 // open opens the backend at url, or prints one redacted line naming the
-// problem and returns exitUsage. The caller closes the backend.
+// problem and returns exitUsage. A Redlock of fewer than 3 nodes is
+// opened with a warning, unless -q. The caller closes the backend.
 func (c *cmdFlags) open(ctx context.Context, url string, io stdio) (*dsync.Backend, int) {
 	b, err := dsync.Open(ctx, url)
 	if err != nil {
 		fmt.Fprintf(io.err, "dsync %s: %s\n", c.name, oneLine(err))
 		return nil, exitUsage
 	}
+	if q := c.Lookup("q"); q == nil || q.Value.String() != "true" {
+		if w := fewNodes(url); w != "" {
+			fmt.Fprintf(io.err, "dsync %s: warning: %s\n", c.name, w)
+		}
+	}
 	return b, exitOK
+}
+
+// fewNodes returns a warning for a redlock URL of fewer than 3 nodes, or
+// "" for any other URL.
+func fewNodes(rawURL string) string {
+	u, err := neturl.Parse(rawURL)
+	if err != nil || u.Scheme != "redlock" {
+		return ""
+	}
+	n := len(u.Query()["addr"])
+	if u.Host != "" {
+		hosts, err := backends.HostList(u.Host, "")
+		if err != nil {
+			return ""
+		}
+		n += len(hosts)
+	}
+	if n == 0 || n >= 3 {
+		return ""
+	}
+	return fmt.Sprintf("redlock over %d node(s): its quorum of %d tolerates no node down; use at least 3 masters", n, n/2+1)
 }
 
 // name checks that p holds exactly one positional argument, a non-empty

@@ -18,13 +18,15 @@ func healthFlags() *cmdFlags {
 	return newFlags("health", "usage: dsync health [--json] [--timeout D] [flags]", `
 Reports whether the backend can serve now, without taking a lock, for readiness probes and operators:
 one line for the backend, then one per server: Redis its server; Redlock each master, with its restart
-quarantine (a restarted master does not vote until max_ttl has passed since its start); etcd each
-endpoint, leader or follower; memory always serves. A backend that cannot be reached when opening
-cannot serve (status 1).
+quarantine (a restarted master does not vote until max_ttl has passed since its start, unless it
+persists every write: AOF with appendfsync always) and its persistence; etcd each endpoint, leader
+or follower; memory always serves. A backend that cannot be reached when opening cannot serve
+(status 1). A backend that serves but tolerates fewer failures than it should (Redlock over fewer
+than 3 masters) is reported degraded, with the reason; it still serves (status 0).
 
-With --json, one object: {"backend":URL,"ok":BOOL,"reason":TEXT,"nodes":[{"addr","reachable",
-"latency_ms","quarantined_until" (RFC 3339),"detail","error"}]}. The URL's password and secret
-options are never shown.`,
+With --json, one object: {"backend":URL,"ok":BOOL,"reason":TEXT,"degraded":TEXT,"nodes":[{"addr",
+"reachable","latency_ms","quarantined_until" (RFC 3339),"durable","detail","error"}]}. The URL's
+password and secret options are never shown.`,
 		`  0  the backend can serve
   1  it cannot (servers down or unreachable, no quorum, no leader)
   2  usage error or bad URL`)
@@ -32,10 +34,11 @@ options are never shown.`,
 
 // healthReport is dsync health --json's output.
 type healthReport struct {
-	Backend string       `json:"backend"`
-	OK      bool         `json:"ok"`
-	Reason  string       `json:"reason,omitempty"`
-	Nodes   []healthNode `json:"nodes"`
+	Backend  string       `json:"backend"`
+	OK       bool         `json:"ok"`
+	Reason   string       `json:"reason,omitempty"`
+	Degraded string       `json:"degraded,omitempty"`
+	Nodes    []healthNode `json:"nodes"`
 }
 
 type healthNode struct {
@@ -43,6 +46,7 @@ type healthNode struct {
 	Reachable        bool    `json:"reachable"`
 	LatencyMs        float64 `json:"latency_ms,omitempty"`
 	QuarantinedUntil string  `json:"quarantined_until,omitempty"`
+	Durable          bool    `json:"durable,omitempty"`
 	Detail           string  `json:"detail,omitempty"`
 	Error            string  `json:"error,omitempty"`
 }
@@ -86,9 +90,9 @@ func runHealth(ctx context.Context, args []string, io stdio) int {
 			report.Reason = scrub(oneLine(err))
 			break
 		}
-		report.OK, report.Reason = h.OK, scrub(h.Reason)
+		report.OK, report.Reason, report.Degraded = h.OK, scrub(h.Reason), scrub(h.Degraded)
 		for _, n := range h.Nodes {
-			hn := healthNode{Addr: n.Addr, Reachable: n.Reachable, Detail: n.Detail}
+			hn := healthNode{Addr: n.Addr, Reachable: n.Reachable, Durable: n.Durable, Detail: n.Detail}
 			if n.Reachable {
 				hn.LatencyMs = float64(n.Latency.Microseconds()) / 1000
 			}
@@ -115,10 +119,14 @@ func runHealth(ctx context.Context, args []string, io stdio) int {
 // printHealth writes the report as text: the backend's line, then one
 // line per server.
 func printHealth(w io.Writer, r healthReport) {
+	degraded := ""
+	if r.Degraded != "" {
+		degraded = "; degraded: " + r.Degraded
+	}
 	if r.OK {
-		fmt.Fprintf(w, "%s: can serve\n", r.Backend)
+		fmt.Fprintf(w, "%s: can serve%s\n", r.Backend, degraded)
 	} else {
-		fmt.Fprintf(w, "%s: cannot serve: %s\n", r.Backend, r.Reason)
+		fmt.Fprintf(w, "%s: cannot serve: %s%s\n", r.Backend, r.Reason, degraded)
 	}
 	for i, n := range r.Nodes {
 		state := "down"

@@ -54,3 +54,44 @@ func TestHealth(t *testing.T) {
 		t.Errorf("health of a killed server: exit %d, stdout %q, stderr %q; want 1, no password", code, out, errOut)
 	}
 }
+
+// TestFewRedlockNodes: a Redlock over 2 masters opens, but dsync health
+// reports it degraded (and still serving, status 0), and the commands that
+// open it warn on stderr, unless -q.
+func TestFewRedlockNodes(t *testing.T) {
+	masters := redistest.StartN(t, 2, nil)
+	url := "redlock://" + masters[0].Addr() + "," + masters[1].Addr() + "/?quarantine=false"
+	code, out, errOut := runCLI(t, "health", "--url", url)
+	if code != exitOK || !strings.Contains(out, "can serve; degraded: 2 node(s), fewer than 3") {
+		t.Errorf("health of a 2-node Redlock: exit %d, stdout %q, stderr %q; want 0 and degraded", code, out, errOut)
+	}
+	code, out, _ = runCLI(t, "health", "--json", "--url", url)
+	var r healthReport
+	if err := json.Unmarshal([]byte(out), &r); err != nil || code != exitOK || !r.OK || !strings.Contains(r.Degraded, "tolerates no node down") {
+		t.Errorf("health --json of a 2-node Redlock: exit %d, %q (%v)", code, out, err)
+	}
+	const warning = "warning: redlock over 2 node(s)"
+	if code, _, errOut := runCLI(t, "lock", "few", "--url", url, "--", "true"); code != exitOK || !strings.Contains(errOut, warning) {
+		t.Errorf("lock on a 2-node Redlock: exit %d, stderr %q; want 0 and the warning", code, errOut)
+	}
+	if code, _, errOut := runCLI(t, "lock", "few", "-q", "--url", url, "--", "true"); code != exitOK || strings.Contains(errOut, "warning") {
+		t.Errorf("lock -q on a 2-node Redlock: exit %d, stderr %q; want 0 and no warning", code, errOut)
+	}
+}
+
+func TestFewNodesWarning(t *testing.T) {
+	for url, want := range map[string]bool{
+		"redlock://h1:6379":                            true,
+		"redlock://:pw@h1:6379,h2:6379/0?ttl=1s":       true,
+		"redlock:///?addr=[::1]:6379&addr=[::1]:6380":  true,
+		"redlock://h1:6379/?addr=h2:6379&addr=h3:6379": false,
+		"redlock://h1:6379,h2:6379,h3:6379,h4:6379":    false,
+		"redis://h1:6379":                              false,
+		"memory://x":                                   false,
+		"etcd://h1:2379":                               false,
+	} {
+		if got := fewNodes(url) != ""; got != want {
+			t.Errorf("fewNodes(%q) = %q, want a warning: %v", url, fewNodes(url), want)
+		}
+	}
+}

@@ -218,6 +218,12 @@ func (n *Nodes) Quarantined(i int, until time.Time, restarted bool) {
 		slog.Time("until", until), slog.Duration("for", time.Until(until).Round(time.Millisecond)), slog.String("reason", reason))
 }
 
+// RestartedDurable records that node i restarted and votes at once: it
+// persists every write before answering.
+func (n *Nodes) RestartedDurable(i int) {
+	n.logNode(slog.LevelInfo, "dsync: redlock node restarted, not quarantined: it persists every write (AOF, appendfsync always)", &n.nodes[i])
+}
+
 // Back records that node i's quarantine has ended.
 func (n *Nodes) Back(i int) {
 	n.logNode(slog.LevelInfo, "dsync: redlock node back from quarantine: its vote counts again", &n.nodes[i])

@@ -77,7 +77,9 @@ const (
 // every slot is refused, at once with an error matching ErrNoQuorum when
 // fewer than a quorum of nodes answer, and with the error of
 // backends.LimitMismatch when a quorum of nodes hold the key with another
-// limit (1: its lock).
+// limit (1: its lock). A refusal that the nodes which did not answer could
+// have turned into a grant (see notAcquired) matches
+// dsync.ErrUnavailable: the backend could not decide.
 func (d *driver) Acquire(ctx context.Context, req backends.Request) (backends.Grant, error) {
 	if d.closed.Load() {
 		return backends.Grant{}, backends.ErrClosed
@@ -432,9 +434,15 @@ func (r *round) voters() []int {
 	return out
 }
 
+// notAcquired is the error of a round lost with granted votes. It matches
+// backends.ErrUnavailable when the round was undecided: cut short by ctx
+// (a round decided by refusals ends before that), fewer than a quorum of
+// nodes answered (ErrNoQuorum), or the nodes that did not answer would
+// have made a quorum with those that granted. Otherwise the nodes that
+// answered refused enough for no quorum to form: contention.
 func (d *driver) notAcquired(ctx context.Context, granted int, refused *multierror.Error) error {
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("%w: %w: %w", backends.ErrNotAcquired, err, refused.ErrorOrNil())
+		return fmt.Errorf("%w: %w: %w: %w", backends.ErrNotAcquired, backends.ErrUnavailable, err, refused.ErrorOrNil())
 	}
 	// Nodes that refused outright answered; the others (down, slow, cut
 	// off, quarantined) did not. A round decided early leaves some nodes
@@ -448,6 +456,10 @@ func (d *driver) notAcquired(ctx context.Context, granted int, refused *multierr
 	if silent > len(d.nodes)-d.quorum {
 		return fmt.Errorf("%w: %w: %d of %d nodes answered, %d needed: %w",
 			backends.ErrNotAcquired, ErrNoQuorum, len(d.nodes)-silent, len(d.nodes), d.quorum, refused.ErrorOrNil())
+	}
+	if silent > 0 && granted+silent >= d.quorum {
+		return fmt.Errorf("%w: %w: %d of %d nodes granted, %d needed, and %d did not answer: %w",
+			backends.ErrNotAcquired, backends.ErrUnavailable, granted, len(d.nodes), d.quorum, silent, refused.ErrorOrNil())
 	}
 	return fmt.Errorf("%w: %d of %d nodes granted, %d needed: %w", backends.ErrNotAcquired, granted, len(d.nodes), d.quorum, refused.ErrorOrNil())
 }

@@ -284,8 +284,25 @@ func (c *Config) gaveUp(cause, last error) error {
 	if last == dsync.ErrNotAcquired { // the bare sentinel: plain contention
 		return fmt.Errorf("%w: %s: %w", dsync.ErrNotAcquired, c.taken(), cause)
 	}
-	return fmt.Errorf("%w: %q: %w (last attempt: %w)", dsync.ErrNotAcquired, c.Key, cause, last)
+	return &gaveUpError{key: c.Key, cause: cause, last: last}
 }
+
+// gaveUpError is the error of an Acquire on key that stopped trying for
+// cause after an attempt that failed with last. It matches
+// dsync.ErrNotAcquired, and whatever cause and last match.
+type gaveUpError struct {
+	key         string
+	cause, last error
+}
+
+func (e *gaveUpError) Error() string {
+	last := strings.TrimPrefix(e.last.Error(), dsync.ErrNotAcquired.Error()+": ") // said once
+	return fmt.Sprintf("%v: %q: %v (last attempt: %s)", dsync.ErrNotAcquired, e.key, e.cause, last)
+}
+
+func (e *gaveUpError) Is(target error) bool { return target == dsync.ErrNotAcquired }
+
+func (e *gaveUpError) Unwrap() []error { return []error{e.cause, e.last} }
 
 // notStarted is the error of an acquisition whose ctx was done before it
 // began: it matches dsync.ErrNotAcquired and ctx's error.

@@ -68,6 +68,7 @@ func (s *suite) testOutage(t *testing.T, o Outage) {
 	lockOpts := &locker.Options{TTL: s.electionTTL(), ReleaseTimeout: outageRelease}
 	electOpts := &leader.Options{TTL: s.electionTTL(), ReleaseTimeout: outageRelease}
 
+	// The holds are extended while the checks run (leadership is renewed).
 	held := []dsync.Lease{testutil.MustAcquire(t, ctx, newLocker(t, holderB, key+"/lock", lockOpts))}
 	l := newLocker(t, b, key+"/lock", lockOpts)
 	free := newLocker(t, b, key+"/free", lockOpts)
@@ -83,18 +84,17 @@ func (s *suite) testOutage(t *testing.T, o Outage) {
 		}
 		sem = newSemaphore(t, b, key+"/sem", 2, &semaphore.Options{TTL: s.electionTTL(), ReleaseTimeout: outageRelease})
 	}
+	// Releasing ends the local leases and their extensions (and the
+	// term's renewals), whether the cut service answers or not.
+	for _, h := range held {
+		h.AutoExtend()
+		t.Cleanup(func() { _ = h.Release(context.WithoutCancel(ctx)) })
+	}
 	lead, err := newElection(t, holderB, key+"/elect", "a", electOpts).Campaign(ctx)
 	if err != nil {
 		t.Fatalf("Campaign on a free election: %v", err)
 	}
-	// Releasing ends the local leases (and the term's renewals), whether
-	// the cut service answers or not.
-	t.Cleanup(func() {
-		_ = lead.Resign(context.WithoutCancel(ctx))
-		for _, h := range held {
-			_ = h.Release(context.WithoutCancel(ctx))
-		}
-	})
+	t.Cleanup(func() { _ = lead.Resign(context.WithoutCancel(ctx)) })
 	e := newElection(t, b, key+"/elect", "b", electOpts)
 
 	calls := func() map[string]func(context.Context) error {

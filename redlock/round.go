@@ -434,32 +434,35 @@ func (r *round) voters() []int {
 	return out
 }
 
-// notAcquired is the error of a round lost with granted votes. It matches
-// backends.ErrUnavailable when the round was undecided: cut short by ctx
-// (a round decided by refusals ends before that), fewer than a quorum of
-// nodes answered (ErrNoQuorum), or the nodes that did not answer would
-// have made a quorum with those that granted. Otherwise the nodes that
-// answered refused enough for no quorum to form: contention.
+// notAcquired is the error of a round lost with granted votes. It is
+// contention (ErrNotAcquired alone) when the nodes that refused outright
+// (the key held, or kept for another waiter) are so many that no quorum
+// could have formed whatever the others did. Otherwise the round was
+// undecided, and the error matches backends.ErrUnavailable: the nodes
+// that did not grant it without refusing outright (down, slow, cut off,
+// quarantined, or not heard from because the round was decided early)
+// could have made the quorum; ErrNoQuorum when fewer than a quorum
+// answered; and a round cut short by ctx (one decided by refusals ends
+// before that).
 func (d *driver) notAcquired(ctx context.Context, granted int, refused *multierror.Error) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("%w: %w: %w: %w", backends.ErrNotAcquired, backends.ErrUnavailable, err, refused.ErrorOrNil())
 	}
-	// Nodes that refused outright answered; the others (down, slow, cut
-	// off, quarantined) did not. A round decided early leaves some nodes
-	// unheard, which says nothing about them.
-	silent := 0
+	silent, outright := 0, 0
 	for _, e := range refused.WrappedErrors() {
-		if !refusedOutright(e) {
+		if refusedOutright(e) {
+			outright++
+		} else {
 			silent++
 		}
 	}
-	if silent > len(d.nodes)-d.quorum {
+	switch {
+	case silent > len(d.nodes)-d.quorum:
 		return fmt.Errorf("%w: %w: %d of %d nodes answered, %d needed: %w",
 			backends.ErrNotAcquired, ErrNoQuorum, len(d.nodes)-silent, len(d.nodes), d.quorum, refused.ErrorOrNil())
-	}
-	if silent > 0 && granted+silent >= d.quorum {
-		return fmt.Errorf("%w: %w: %d of %d nodes granted, %d needed, and %d did not answer: %w",
-			backends.ErrNotAcquired, backends.ErrUnavailable, granted, len(d.nodes), d.quorum, silent, refused.ErrorOrNil())
+	case outright <= len(d.nodes)-d.quorum:
+		return fmt.Errorf("%w: %w: %d of %d nodes granted, %d needed, %d refused, the others did not answer: %w",
+			backends.ErrNotAcquired, backends.ErrUnavailable, granted, len(d.nodes), d.quorum, outright, refused.ErrorOrNil())
 	}
 	return fmt.Errorf("%w: %d of %d nodes granted, %d needed: %w", backends.ErrNotAcquired, granted, len(d.nodes), d.quorum, refused.ErrorOrNil())
 }

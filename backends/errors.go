@@ -13,7 +13,8 @@ import (
 // errors.Is works whichever package a caller imports.
 var (
 	// ErrNotAcquired: the hold was not obtained (taken by another owner, no
-	// slot free, or the caller gave up).
+	// slot free, the backend could not decide (ErrUnavailable as well), or
+	// the caller gave up).
 	ErrNotAcquired = errors.New("dsync: not acquired")
 	// ErrUnavailable: the backend could not decide, or its answer is
 	// unknown: no answer in time, a broken connection, no quorum of nodes.

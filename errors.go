@@ -25,7 +25,9 @@ import (
 //	}
 //
 // An acquisition that ends on its context or its retry policy matches
-// what its last completed attempt met: ErrUnavailable too, or not.
+// what its last completed attempt met: ErrUnavailable too, or not. An
+// attempt cut short by the context, with none completed before it,
+// counts as unavailable: the backend did not answer in time.
 var (
 	// ErrNotAcquired: a lock, permit or leadership was not obtained: taken
 	// by another owner, or the backend could not decide (the error then

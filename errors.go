@@ -12,10 +12,27 @@ import (
 // across Redlock nodes). Errors caused by a done context also match the
 // context's error: a cancelled Acquire satisfies both
 // errors.Is(err, ErrNotAcquired) and errors.Is(err, context.Canceled).
+//
+// A failed acquisition (Acquire, TryAcquire, Campaign) that is not final
+// (ErrInvalid, ErrClosed, ErrUnsupported) matches ErrNotAcquired: nothing
+// is held, and a later attempt may succeed. It also matches
+// ErrUnavailable when the backend could not decide, and only then, so
+// that one test tells the two apart:
+//
+//	switch {
+//	case errors.Is(err, dsync.ErrUnavailable): // the backend could not decide: alert, retry later
+//	case errors.Is(err, dsync.ErrNotAcquired): // held by another owner (or given up while it was)
+//	}
+//
+// An acquisition that ends on its context or its retry policy matches
+// what its last completed attempt met: ErrUnavailable too, or not. An
+// attempt cut short by the context, with none completed before it,
+// counts as unavailable: the backend did not answer in time.
 var (
 	// ErrNotAcquired: a lock, permit or leadership was not obtained: taken
-	// by another owner, or the caller's context ended first, or the retry
-	// policy gave up.
+	// by another owner, or the backend could not decide (the error then
+	// matches ErrUnavailable too), or the caller's context ended first, or
+	// the retry policy gave up.
 	ErrNotAcquired = backends.ErrNotAcquired
 	// ErrNotHeld: Release or Extend on a hold this owner no longer has (it
 	// expired, was released already, or never was ours). A double Release
@@ -48,12 +65,16 @@ var (
 	// ErrUnknownScheme: Open was given a URL whose scheme no imported
 	// backend registered.
 	ErrUnknownScheme = errors.New("dsync: unknown URL scheme")
-	// ErrUnavailable: a request got no answer, or one that says nothing
-	// about the hold (a timeout, a broken connection, no quorum of Redlock
-	// nodes), so its outcome is unknown. After an Extend that fails so,
-	// the lease stays valid until its current validity runs out; after a
-	// read of the holder or the leader, nothing is known of it.
-	ErrUnavailable = errors.New("dsync: backend unavailable")
+	// ErrUnavailable: the backend could not decide: a request got no
+	// answer, or one that says nothing about the hold (a timeout, a broken
+	// connection, a server stopped or failing over, no quorum of Redlock
+	// nodes, masters in their restart quarantine), so its outcome is
+	// unknown. A failed acquisition that matches it matches ErrNotAcquired
+	// too, and was not refused because the name is held: whether it is
+	// held is unknown. After an Extend that fails so, the lease stays valid
+	// until its current validity runs out; after a read of the holder or
+	// the leader, nothing is known of it.
+	ErrUnavailable = backends.ErrUnavailable
 )
 
 // InvalidError names a bad argument, option or URL. It matches ErrInvalid.

@@ -94,12 +94,14 @@ type Locker interface {
 	// Acquire blocks until it obtains the lock, retrying with jittered
 	// backoff and waking early when the backend reports a release. If ctx
 	// ends or the retry policy gives up first, it returns an error matching
-	// ErrNotAcquired (and ctx's error when that was the cause) and leaves
-	// nothing held. Acquire and TryAcquire called with a done ctx return
-	// at once, with no I/O.
+	// ErrNotAcquired (and ctx's error when that was the cause; and
+	// ErrUnavailable when the last attempt found the backend unable to
+	// decide) and leaves nothing held. Acquire and TryAcquire called with a
+	// done ctx return at once, with no I/O.
 	Acquire(ctx context.Context) (Lease, error)
 	// TryAcquire makes one attempt. It returns an error matching
-	// ErrNotAcquired if the lock is held by another owner.
+	// ErrNotAcquired, and not ErrUnavailable, if the lock is held by
+	// another owner; one matching both if the backend could not decide.
 	TryAcquire(ctx context.Context) (Lease, error)
 }
 
@@ -143,7 +145,8 @@ type LeaderInfo struct {
 // LeaderElection elects one leader among candidates of the same name.
 type LeaderElection interface {
 	// Campaign blocks until this candidate leads, or ctx ends (an error
-	// matching ErrNotAcquired and ctx's error).
+	// matching ErrNotAcquired and ctx's error, and ErrUnavailable when the
+	// last attempt found the backend unable to decide).
 	Campaign(ctx context.Context) (Leadership, error)
 	// Leader returns the current leader's candidate ID and term, or an
 	// error matching ErrNoLeader.

@@ -23,7 +23,8 @@ import (
 // with query options (?ttl=30s&...). The scheme's backend package must be
 // imported (usually blank-imported) to register it. A malformed URL or an
 // unknown option is an *InvalidError, an unregistered scheme matches
-// ErrUnknownScheme, and an unreachable server fails here within ctx. No error
+// ErrUnknownScheme, and an unreachable server fails here within ctx, with
+// an error matching ErrUnavailable (redis, redlock, etcd). No error
 // or message contains the URL's password or secret options.
 func Open(ctx context.Context, rawURL string) (*Backend, error) {
 	return OpenWith(ctx, rawURL, nil)

@@ -14,11 +14,17 @@
 // drift, extension and its bound, and lost-hold detection are written once
 // above this interface (internal/lease), for every primitive.
 //
-// The SPI has two shapes of answer for an acquisition attempt, and the
-// layer above relies on the difference: plain contention is the bare
-// ErrNotAcquired (err == ErrNotAcquired), and anything else is either final
-// (ErrInvalid, ErrUnsupported, ErrClosed) or an unknown outcome that the
-// caller cleans up with Release. backendtest checks both on every driver.
+// The SPI has three shapes of failed acquisition attempt, and the layer
+// above relies on the difference: plain contention is the bare
+// ErrNotAcquired (err == ErrNotAcquired); a final error (ErrInvalid,
+// ErrUnsupported, ErrClosed) ends the acquisition; anything else is an
+// unknown outcome that the caller cleans up with Release. An unknown
+// outcome means the backend could not decide (ErrUnavailable), unless it
+// matches ErrNotAcquired and not ErrUnavailable: contention that the
+// driver words itself (a Redlock vote split between contenders). The
+// layer above reports the first as taken and the last as unavailable, so
+// that callers tell them apart with errors.Is(err, ErrUnavailable).
+// backendtest checks both on every driver, with real outages.
 //
 // This package imports nothing but the standard library and the
 // OpenTelemetry metric API (for Telemetry), so that a driver can be
@@ -47,6 +53,14 @@ type Driver interface {
 	// Any other error, a wrapped ErrNotAcquired included, means the outcome
 	// may be unknown: the hold may have been applied on the server after all,
 	// and the caller releases (req.Key, req.Token) to be sure.
+	//
+	// Such an error says that the backend could not decide (no answer in
+	// time, a broken connection, no quorum, a failover in progress), and
+	// the caller reports the backend unavailable, unless it matches
+	// ErrNotAcquired and not ErrUnavailable: refused, as contention, with
+	// the driver's own detail. A driver whose decision needed servers that
+	// did not answer marks its error with ErrUnavailable even when it wraps
+	// ErrNotAcquired; a raw client error needs no mark.
 	Acquire(ctx context.Context, req Request) (Grant, error)
 
 	// Refresh resets the time to live of the hold identified by key and token

@@ -13,8 +13,13 @@ import (
 // errors.Is works whichever package a caller imports.
 var (
 	// ErrNotAcquired: the hold was not obtained (taken by another owner, no
-	// slot free, or the caller gave up).
+	// slot free, the backend could not decide (ErrUnavailable as well), or
+	// the caller gave up).
 	ErrNotAcquired = errors.New("dsync: not acquired")
+	// ErrUnavailable: the backend could not decide, or its answer is
+	// unknown: no answer in time, a broken connection, no quorum of nodes.
+	// See Driver.Acquire for what it means there.
+	ErrUnavailable = errors.New("dsync: backend unavailable")
 	// ErrNotHeld: the hold is not (or no longer) owned by this token.
 	ErrNotHeld = errors.New("dsync: not held")
 	// ErrClosed: the driver or backend was closed.

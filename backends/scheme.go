@@ -34,7 +34,8 @@ type Scheme struct {
 	// query value already checked against Options, and the telemetry
 	// settings of the backend being opened, for a driver that observes
 	// more than the layer above it sees (Redlock's nodes); it must probe
-	// the server with ctx so that an unreachable one fails here, not later.
+	// the server with ctx so that an unreachable one fails here, not later,
+	// with an error matching ErrUnavailable.
 	OpenDriver func(ctx context.Context, u *url.URL, t Telemetry) (Driver, error)
 }
 

@@ -205,7 +205,8 @@ func (e *Election) RetryPeriod() time.Duration { return e.retryPeriod }
 // a release.
 //
 // On failure nothing is held and the error matches dsync.ErrNotAcquired,
-// and ctx's error when ctx ended. Campaign fails at once, with an error
+// ctx's error when ctx ended, and dsync.ErrUnavailable when the last
+// attempt found the backend unable to decide. Campaign fails at once, with an error
 // matching ErrDuplicateID, while this candidate ID already campaigns or
 // leads in an election of the same name on the same *dsync.Backend. If
 // the current leader has this candidate's ID but is not this Backend's,

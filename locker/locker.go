@@ -118,7 +118,9 @@ func (l *Locker) TTL() time.Duration { return l.cfg.TTL }
 // Acquire implements dsync.Locker: it blocks until the lock is obtained or
 // ctx ends, retrying with jittered backoff and waking early when the
 // backend reports a release. On failure nothing is left held and the error
-// matches dsync.ErrNotAcquired, and ctx's error when ctx ended.
+// matches dsync.ErrNotAcquired, ctx's error when ctx ended, and
+// dsync.ErrUnavailable when the last attempt found the backend unable to
+// decide.
 func (l *Locker) Acquire(ctx context.Context) (dsync.Lease, error) {
 	ls, err := l.cfg.Acquire(ctx, nil)
 	if err != nil {
@@ -129,7 +131,8 @@ func (l *Locker) Acquire(ctx context.Context) (dsync.Lease, error) {
 
 // TryAcquire implements dsync.Locker: one attempt, bounded by ctx and the
 // backend's request timeout. A lock held by another owner gives an error
-// matching dsync.ErrNotAcquired.
+// matching dsync.ErrNotAcquired and not dsync.ErrUnavailable; a backend
+// that could not decide, one matching both.
 func (l *Locker) TryAcquire(ctx context.Context) (dsync.Lease, error) {
 	ls, err := l.cfg.TryAcquire(ctx)
 	if err != nil {

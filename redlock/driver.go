@@ -2,7 +2,6 @@ package redlock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -30,8 +29,17 @@ const (
 
 // ErrNoQuorum: fewer than a quorum of nodes answered (down, paused, cut off,
 // or quarantined after a restart). Errors matching it also match
-// ErrNotAcquired when they come from an acquisition.
-var ErrNoQuorum = errors.New("dsync: redlock: quorum unreachable")
+// dsync.ErrUnavailable, and dsync.ErrNotAcquired when they come from an
+// acquisition.
+var ErrNoQuorum error = &unavailableError{"dsync: redlock: quorum unreachable"}
+
+// unavailableError is a sentinel that also matches dsync.ErrUnavailable.
+type unavailableError struct{ msg string }
+
+func (e *unavailableError) Error() string { return e.msg }
+
+// Is makes errors.Is(err, dsync.ErrUnavailable) true (backends.ErrUnavailable).
+func (e *unavailableError) Is(target error) bool { return target == backends.ErrUnavailable }
 
 // Options configure New and NewFromClients. A nil *Options means defaults.
 type Options struct {

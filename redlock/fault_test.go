@@ -467,7 +467,8 @@ func TestThreeNodesDown(t *testing.T) {
 // TestNoQuorumErrorsSayWhy: when no quorum is reachable, the errors of
 // TryAcquire and of a blocking Acquire that gives up say so (they match
 // ErrNoQuorum) and do not claim that another owner holds the lock, which
-// would send an operator looking for a holder that does not exist.
+// would send an operator looking for a holder that does not exist. Both
+// match dsync.ErrUnavailable: the backend could not decide.
 func TestNoQuorumErrorsSayWhy(t *testing.T) {
 	t.Parallel()
 	servers := agedServers(t, 5, nil)
@@ -490,16 +491,16 @@ func TestNoQuorumErrorsSayWhy(t *testing.T) {
 	}
 	l := newLocker(t, quiet, "no-quorum", &locker.Options{TTL: faultMaxTTL, Retry: policy})
 	_, err = l.TryAcquire(context.Background())
-	if !errors.Is(err, redlock.ErrNoQuorum) {
-		t.Errorf("TryAcquire: %v, want ErrNoQuorum", err)
+	if !errors.Is(err, redlock.ErrNoQuorum) || !errors.Is(err, dsync.ErrUnavailable) || !errors.Is(err, dsync.ErrNotAcquired) {
+		t.Errorf("TryAcquire: %v, want ErrNoQuorum, ErrUnavailable and ErrNotAcquired", err)
 	} else if strings.Contains(err.Error(), "held by another owner") {
 		t.Errorf("BUG (locker.TryAcquire): an error for lack of quorum claims the lock is held by another owner: %v", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	_, err = l.Acquire(ctx)
-	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Errorf("Acquire: %v, want DeadlineExceeded", err)
+	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, dsync.ErrUnavailable) || !errors.Is(err, dsync.ErrNotAcquired) {
+		t.Errorf("Acquire: %v, want DeadlineExceeded, ErrUnavailable and ErrNotAcquired", err)
 	}
 	if !errors.Is(err, redlock.ErrNoQuorum) || strings.Contains(err.Error(), "held by another owner") {
 		t.Errorf("BUG (internal/lease gaveUp): the blocking Acquire's error drops the last attempt's error (ErrNoQuorum) and claims the lock is held by another owner: %v", err)
@@ -1192,8 +1193,8 @@ func TestFencingTokensAcrossRestart(t *testing.T) {
 		if time.Since(began) >= faultMaxTTL {
 			break // too slow to check the quarantine
 		}
-		if !errors.Is(err, redlock.ErrNoQuorum) || !errors.Is(err, redlock.ErrQuarantined) {
-			t.Errorf("%s during node 2's quarantine: %v, want a refusal for lack of quorum naming the quarantine", c.name, err)
+		if !errors.Is(err, redlock.ErrNoQuorum) || !errors.Is(err, redlock.ErrQuarantined) || !errors.Is(err, dsync.ErrUnavailable) {
+			t.Errorf("%s during node 2's quarantine: %v, want a refusal for lack of quorum naming the quarantine, unavailable", c.name, err)
 		}
 	}
 	waitVoting(t, a.d, b.d)

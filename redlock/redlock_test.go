@@ -65,13 +65,45 @@ func waitOutQuarantine(t testing.TB, servers []*redistest.Server, maxTTL time.Du
 
 func TestConformance(t *testing.T) {
 	servers := redistest.StartN(t, 5, nil)
+	// Two more sets of masters, for the outages, started at the same time
+	// so that one wait brings all of them out of their quarantine.
+	restarted, stopped := redistest.StartN(t, 5, nil), redistest.StartN(t, 5, nil)
 	const maxTTL = 10 * time.Second
-	waitOutQuarantine(t, servers, maxTTL)
+	for _, set := range [][]*redistest.Server{servers, restarted, stopped} {
+		waitOutQuarantine(t, set, maxTTL)
+	}
 	url := redlockURL(servers, "max_ttl="+maxTTL.String())
+	opener := func(url string) func(testing.TB) *dsync.Backend {
+		return func(t testing.TB) *dsync.Backend { return open(t, url) }
+	}
 	backendtest.Run(t, backendtest.Harness{
-		NewBackend: func(t testing.TB) *dsync.Backend { return open(t, url) },
+		NewBackend: opener(url),
 		ShortTTL:   300 * time.Millisecond,
 		URL:        url,
+		Outages: []backendtest.Outage{{
+			// Restarted without persistence: the 3 masters lost the holds,
+			// and they must not vote for maxTTL.
+			Name:       "3 of 5 masters restarted, quarantined",
+			NewBackend: opener(redlockURL(restarted, "max_ttl="+maxTTL.String())),
+			Cut: func(t testing.TB) {
+				ctx := testutil.Context(t)
+				for _, s := range restarted[:3] {
+					if err := s.Restart(ctx); err != nil {
+						t.Fatal(err)
+					}
+				}
+			},
+		}, {
+			Name:       "3 of 5 masters stopped",
+			NewBackend: opener(redlockURL(stopped, "max_ttl="+maxTTL.String())),
+			Cut: func(t testing.TB) {
+				for _, s := range stopped[:3] {
+					if err := s.Stop(); err != nil {
+						t.Fatal(err)
+					}
+				}
+			},
+		}},
 	})
 }
 

@@ -77,7 +77,9 @@ const (
 // every slot is refused, at once with an error matching ErrNoQuorum when
 // fewer than a quorum of nodes answer, and with the error of
 // backends.LimitMismatch when a quorum of nodes hold the key with another
-// limit (1: its lock).
+// limit (1: its lock). A refusal that the nodes which did not answer could
+// have turned into a grant (see notAcquired) matches
+// dsync.ErrUnavailable: the backend could not decide.
 func (d *driver) Acquire(ctx context.Context, req backends.Request) (backends.Grant, error) {
 	if d.closed.Load() {
 		return backends.Grant{}, backends.ErrClosed
@@ -432,22 +434,35 @@ func (r *round) voters() []int {
 	return out
 }
 
+// notAcquired is the error of a round lost with granted votes. It is
+// contention (ErrNotAcquired alone) when the nodes that refused outright
+// (the key held, or kept for another waiter) are so many that no quorum
+// could have formed whatever the others did. Otherwise the round was
+// undecided, and the error matches backends.ErrUnavailable: the nodes
+// that did not grant it without refusing outright (down, slow, cut off,
+// quarantined, or not heard from because the round was decided early)
+// could have made the quorum; ErrNoQuorum when fewer than a quorum
+// answered; and a round cut short by ctx (one decided by refusals ends
+// before that).
 func (d *driver) notAcquired(ctx context.Context, granted int, refused *multierror.Error) error {
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("%w: %w: %w", backends.ErrNotAcquired, err, refused.ErrorOrNil())
+		return fmt.Errorf("%w: %w: %w: %w", backends.ErrNotAcquired, backends.ErrUnavailable, err, refused.ErrorOrNil())
 	}
-	// Nodes that refused outright answered; the others (down, slow, cut
-	// off, quarantined) did not. A round decided early leaves some nodes
-	// unheard, which says nothing about them.
-	silent := 0
+	silent, outright := 0, 0
 	for _, e := range refused.WrappedErrors() {
-		if !refusedOutright(e) {
+		if refusedOutright(e) {
+			outright++
+		} else {
 			silent++
 		}
 	}
-	if silent > len(d.nodes)-d.quorum {
+	switch {
+	case silent > len(d.nodes)-d.quorum:
 		return fmt.Errorf("%w: %w: %d of %d nodes answered, %d needed: %w",
 			backends.ErrNotAcquired, ErrNoQuorum, len(d.nodes)-silent, len(d.nodes), d.quorum, refused.ErrorOrNil())
+	case outright <= len(d.nodes)-d.quorum:
+		return fmt.Errorf("%w: %w: %d of %d nodes granted, %d needed, %d refused, the others did not answer: %w",
+			backends.ErrNotAcquired, backends.ErrUnavailable, granted, len(d.nodes), d.quorum, outright, refused.ErrorOrNil())
 	}
 	return fmt.Errorf("%w: %d of %d nodes granted, %d needed: %w", backends.ErrNotAcquired, granted, len(d.nodes), d.quorum, refused.ErrorOrNil())
 }

@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -25,7 +26,8 @@ const MaxLimit = redisnode.MaxSlots
 func (d *driver) acquireSlots(ctx context.Context, req backends.Request, nt time.Duration) (backends.Grant, error) {
 	start := time.Now()
 	first := rand.IntN(req.Limit)
-	contended := true // every slot so far was held on a quorum of nodes
+	contended := true  // every slot so far was held on a quorum of nodes
+	undecided := false // some slot's round was undecided (backends.ErrUnavailable)
 	var last error
 	for i := range req.Limit {
 		if err := ctx.Err(); err != nil {
@@ -35,8 +37,9 @@ func (d *driver) acquireSlots(ctx context.Context, req backends.Request, nt time
 			return backends.Grant{}, fmt.Errorf("%w: %w (last slot: %w)", backends.ErrNotAcquired, err, last)
 		}
 		if i > 0 && time.Since(start)+nt >= req.TTL {
-			return backends.Grant{}, fmt.Errorf("%w: %q: %d of %d slots tried, no time left in the TTL of %v for another (last slot: %w)",
-				backends.ErrNotAcquired, req.Key, i, req.Limit, req.TTL, last)
+			// The slots not tried are undecided.
+			return backends.Grant{}, fmt.Errorf("%w: %w: %q: %d of %d slots tried, no time left in the TTL of %v for another (last slot: %w)",
+				backends.ErrNotAcquired, backends.ErrUnavailable, req.Key, i, req.Limit, req.TTL, last)
 		}
 		t := redisnode.Target{Key: req.Key, Slot: (first + i) % req.Limit, Slots: req.Limit}
 		g, refusal, err := d.attempt(ctx, t, req, nt)
@@ -47,10 +50,14 @@ func (d *driver) acquireSlots(ctx context.Context, req backends.Request, nt time
 			return backends.Grant{}, err
 		}
 		contended = contended && refusal == taken
+		undecided = undecided || errors.Is(err, backends.ErrUnavailable)
 		last = fmt.Errorf("slot %d: %w", t.Slot, err)
 	}
-	if contended {
+	switch {
+	case contended:
 		return backends.Grant{}, backends.ErrNotAcquired // plain contention: the layer above words it
+	case undecided:
+		return backends.Grant{}, fmt.Errorf("%w: %w: %q: none of its %d slots won, some undecided (last slot: %w)", backends.ErrNotAcquired, backends.ErrUnavailable, req.Key, req.Limit, last)
 	}
 	return backends.Grant{}, fmt.Errorf("%w: %q: none of its %d slots won (last slot: %w)", backends.ErrNotAcquired, req.Key, req.Limit, last)
 }

@@ -72,7 +72,9 @@ func (s *Semaphore) Size() int { return s.cfg.Limit }
 // ctx ends, retrying with jittered backoff and waking early when the
 // backend reports a release. Waiters of one process are served first come,
 // first served. On failure nothing is left held and the error matches
-// dsync.ErrNotAcquired, and ctx's error when ctx ended.
+// dsync.ErrNotAcquired, ctx's error when ctx ended, and
+// dsync.ErrUnavailable when the last attempt found the backend unable to
+// decide.
 func (s *Semaphore) Acquire(ctx context.Context) (dsync.Lease, error) {
 	ls, err := s.cfg.Acquire(ctx, nil)
 	if err != nil {
@@ -83,7 +85,8 @@ func (s *Semaphore) Acquire(ctx context.Context) (dsync.Lease, error) {
 
 // TryAcquire implements dsync.Semaphore: one attempt, bounded by ctx and
 // the backend's request timeout. When every permit is taken the error matches
-// dsync.ErrNotAcquired.
+// dsync.ErrNotAcquired and not dsync.ErrUnavailable; when the backend could
+// not decide, both.
 func (s *Semaphore) TryAcquire(ctx context.Context) (dsync.Lease, error) {
 	ls, err := s.cfg.TryAcquire(ctx)
 	if err != nil {

@@ -12,7 +12,8 @@
 // ownership of refresh and release, expiry, extension, fencing,
 // cancellation, key isolation, a contention hammer, release wake-ups,
 // waiters of separate clients served in order (where the driver says so),
-// semaphores, elections and the health report. What the layers above the
+// semaphores, elections, the health report, and acquisitions told apart
+// as taken or unavailable on a service cut for real (Harness.Outages). What the layers above the
 // driver do alike on every backend (the local waiting line, Do) is tested
 // in their own packages, not here. CheckScheme and CheckBadURLs check a
 // backend's URL scheme.
@@ -40,6 +41,12 @@ type Harness struct {
 	// contending across processes; see Main). Empty for a backend that
 	// lives in one process (memory): those checks are then skipped.
 	URL string
+	// Outages are the ways to make a service of the backend unable to
+	// decide, for real (see Outage), each on a service of its own: the
+	// suite checks that an acquisition then fails as unavailable, and
+	// as taken while the service is up. None for a backend that lives in
+	// one process (memory): those checks are then skipped.
+	Outages []Outage
 }
 
 // Run runs the conformance suite.
@@ -71,6 +78,7 @@ func Run(t *testing.T, h Harness) {
 	})
 	t.Run("Semaphore", s.runSemaphores)
 	t.Run("Election", s.runElections)
+	t.Run("Unavailable", s.runOutages)
 }
 
 // check is one named check of the suite.

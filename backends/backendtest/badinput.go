@@ -494,7 +494,7 @@ func (s *suite) silentRows() []badRow {
 		return ctx
 	}
 	acquireBound := silentDeadline + silentRelease + silentSlack
-	notAcq := []error{dsync.ErrNotAcquired, context.DeadlineExceeded}
+	notAcq := []error{dsync.ErrNotAcquired, dsync.ErrUnavailable, context.DeadlineExceeded}
 	return []badRow{
 		{name: "TryAcquire, server silent", want: notAcq, io: true, within: acquireBound, prepare: func(t *testing.T, r *rowEnv) func() error {
 			l := newLocker(t, r.b, r.key, opts)

@@ -56,8 +56,8 @@ func wantFull(t testing.TB, ctx context.Context, sem dsync.Semaphore) {
 		_ = p.Release(ctx)
 		t.Fatalf("TryAcquire succeeded on a semaphore whose %d permits are taken", sem.Size())
 	}
-	if !errors.Is(err, dsync.ErrNotAcquired) {
-		t.Fatalf("TryAcquire on a full semaphore: %v, want ErrNotAcquired", err)
+	if !errors.Is(err, dsync.ErrNotAcquired) || errors.Is(err, dsync.ErrUnavailable) {
+		t.Fatalf("TryAcquire on a full semaphore: %v, want ErrNotAcquired and not ErrUnavailable", err)
 	}
 }
 

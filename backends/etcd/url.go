@@ -162,7 +162,7 @@ func openURL(ctx context.Context, u *url.URL, _ backends.Telemetry) (backends.Dr
 		if cause != nil {
 			err = fmt.Errorf("%w (last connection error: %v)", err, cause)
 		}
-		return nil, fmt.Errorf("%s: unreachable: %w", where, err)
+		return nil, fmt.Errorf("%w: %s: unreachable: %w", backends.ErrUnavailable, where, err)
 	}
 	opts.MinTTL = time.Duration(probe.TTL) * time.Second
 	d, err := newDriver(client, opts, true)

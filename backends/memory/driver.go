@@ -2,6 +2,7 @@ package memory
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"time"
 
@@ -81,7 +82,8 @@ func (d *driver) begin(ctx context.Context) (time.Time, error) {
 // Acquire adds a hold on req.Key for req.TTL (kept at full precision) if the
 // key has fewer than req.Limit live holds. It returns ErrNotAcquired when
 // every slot is taken, and an *InvalidError when the key's live holds were
-// acquired with a different limit. When req.Fence is set, the key's fence
+// acquired with a different limit; with ctx done, ErrNotAcquired wrapping
+// ctx's error (the memory backend is never unavailable). When req.Fence is set, the key's fence
 // counter is incremented and returned: it grows strictly over every hold of
 // the key for the life of the store. The grant's TTL is req.TTL.
 //
@@ -92,6 +94,10 @@ func (d *driver) begin(ctx context.Context) (time.Time, error) {
 func (d *driver) Acquire(ctx context.Context, req backends.Request) (backends.Grant, error) {
 	if err := backends.CheckRequest(req, caps); err != nil {
 		return backends.Grant{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		// Not attempted: no contention, and no outage either.
+		return backends.Grant{}, fmt.Errorf("%w: %w", backends.ErrNotAcquired, err)
 	}
 	limit := max(req.Limit, 1)
 	now, err := d.begin(ctx)

@@ -12,15 +12,28 @@ import (
 
 func TestConformance(t *testing.T) {
 	srv := redistest.Start(t, nil)
-	backendtest.Run(t, backendtest.Harness{
-		NewBackend: func(t testing.TB) *dsync.Backend {
-			b, err := dsync.Open(context.Background(), srv.URL())
+	opener := func(url string) func(testing.TB) *dsync.Backend {
+		return func(t testing.TB) *dsync.Backend {
+			b, err := dsync.Open(context.Background(), url)
 			if err != nil {
 				t.Fatal(err)
 			}
 			return b
-		},
-		ShortTTL: 200 * time.Millisecond,
-		URL:      srv.URL(),
+		}
+	}
+	down := redistest.Start(t, nil) // for the outage
+	backendtest.Run(t, backendtest.Harness{
+		NewBackend: opener(srv.URL()),
+		ShortTTL:   200 * time.Millisecond,
+		URL:        srv.URL(),
+		Outages: []backendtest.Outage{{
+			Name:       "server stopped",
+			NewBackend: opener(down.URL()),
+			Cut: func(t testing.TB) {
+				if err := down.Stop(); err != nil {
+					t.Fatal(err)
+				}
+			},
+		}},
 	})
 }

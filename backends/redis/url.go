@@ -121,7 +121,7 @@ func openURL(ctx context.Context, u *url.URL, _ backends.Telemetry) (backends.Dr
 			// The server answered: wrong password, bad database number...
 			return nil, fmt.Errorf("redis at %s: %w", ro.Addr, err)
 		}
-		return nil, fmt.Errorf("redis at %s: unreachable: %w", ro.Addr, err)
+		return nil, fmt.Errorf("%w: redis at %s: unreachable: %w", backends.ErrUnavailable, ro.Addr, err)
 	}
 	return d, nil
 }

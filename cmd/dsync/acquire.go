@@ -17,7 +17,8 @@ type acquirer interface {
 
 // acquire makes one attempt (try) or waits, up to timeout when positive,
 // until ctx ends. It returns the lease, or nil and the exit status: 3 not
-// free (try), 4 timed out, 128+signal interrupted, 2 any other error.
+// free (try), 4 timed out, 6 backend unavailable (the attempt, or the last
+// one before the timeout), 128+signal interrupted, 2 any other error.
 func acquire(ctx context.Context, a acquirer, try bool, timeout time.Duration, what string, r reporter, io stdio) (dsync.Lease, int) {
 	var (
 		lease dsync.Lease
@@ -42,12 +43,16 @@ func acquire(ctx context.Context, a acquirer, try bool, timeout time.Duration, w
 }
 
 // acquireFailed reports err, the failure of a wait for a hold, and returns
-// the exit status.
+// the exit status. An unavailable backend is reported even with -q: it is
+// a backend error, not the lock's state.
 func acquireFailed(ctx context.Context, err error, r reporter, io stdio) int {
 	switch {
 	case ctx.Err() != nil:
 		r.notice("%s while waiting", context.Cause(ctx))
 		return interrupted(ctx)
+	case errors.Is(err, dsync.ErrUnavailable) && !errors.Is(err, dsync.ErrInvalid):
+		fmt.Fprintf(io.err, "%s%s\n", r.prefix, oneLine(err))
+		return exitUnavailable
 	case errors.Is(err, context.DeadlineExceeded):
 		r.notice("%s", oneLine(err))
 		return exitTimedOut

@@ -69,7 +69,24 @@ func (e *e2e) testNoSecrets(t *testing.T) {
 	for _, args := range [][]string{{"lock", "x", "--", "true"}, {"holder", "x"}, {"leader", "x"}, {"elect", "x", "--", "true"}} {
 		r := runWith(t, e.bin, env, args...)
 		if r.code != exitUsage || strings.Count(r.stderr, "\n") != 1 || strings.Contains(r.stdout+r.stderr, "hunter2") {
-			t.Errorf("dsync %v on an unreachable secret URL: exit %d, stderr %q; want 2 and one line without the secret", args, r.code, r.stderr)
+			t.Errorf("dsync %v on a bad secret URL: exit %d, stderr %q; want 2 and one line without the secret", args, r.code, r.stderr)
+		}
+	}
+	// An unreachable server with a password: the backend is unavailable
+	// (6) where dsync acquires, 2 where it reads; one line, no secret.
+	for _, c := range []struct {
+		args []string
+		code int
+	}{
+		{[]string{"lock", "x", "--", "true"}, exitUnavailable},
+		{[]string{"sem", "x", "--size", "2", "--", "true"}, exitUnavailable},
+		{[]string{"elect", "x", "--", "true"}, exitUnavailable},
+		{[]string{"holder", "x"}, exitUsage},
+		{[]string{"leader", "x"}, exitUsage},
+	} {
+		r := runWith(t, e.bin, []string{"DSYNC_URL=redis://:hunter2@127.0.0.1:1/0"}, c.args...)
+		if r.code != c.code || strings.Count(r.stderr, "\n") != 1 || strings.Contains(r.stdout+r.stderr, "hunter2") {
+			t.Errorf("dsync %v on an unreachable secret URL: exit %d, stderr %q; want %d and one line without the secret", c.args, r.code, r.stderr, c.code)
 		}
 	}
 	// dsync health on an unreachable server with a password: the backend

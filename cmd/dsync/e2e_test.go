@@ -43,6 +43,7 @@ func TestEndToEnd(t *testing.T) {
 	t.Run("holder", env.testHolder)
 	t.Run("leader-json", env.testLeaderJSON)
 	t.Run("version", env.testVersion)
+	t.Run("unavailable", env.testUnavailable)
 
 	t.Run("token", func(t *testing.T) {
 		r := runBinary(t, bin, srv.URL(), "lock", "e2e-token", "--", "sh", "-c", "echo key=$DSYNC_KEY token=$DSYNC_TOKEN")
@@ -99,7 +100,6 @@ func TestEndToEnd(t *testing.T) {
 			args []string
 			want string
 		}{
-			{"redis://:s3cret@127.0.0.1:1/0", []string{"lock", "x", "--", "true"}, "127.0.0.1:1"},
 			{"redis://127.0.0.1:6379/0?bogus=1", []string{"lock", "x", "--", "true"}, "bogus"},
 			{"nope://x", []string{"lock", "x", "--", "true"}, "nope"},
 			{srv.URL(), []string{"lock", "x", "--no-such-flag", "--", "true"}, "no-such-flag"},

@@ -21,9 +21,11 @@ interrupted; with --once it exits after the first term.
 
 `+fmt.Sprintf(signalling, "leadership"), `  with --once, CMD's own status (128+signal if a signal ended it); otherwise 128+signal when
   interrupted between terms or while CMD ran
-  2  usage error, bad URL or backend unreachable
-  4  --timeout passed before leading
+  2  usage error or bad URL
+  4  --timeout passed before leading, while another candidate led
   5  leadership was lost while CMD ran (with --once; CMD was stopped, see above)
+  6  backend unavailable: unreachable at open, or the last attempt before --timeout could not be
+     decided (server down or silent, no quorum, masters in quarantine)
   130, 143  SIGINT, SIGTERM while campaigning
   127  CMD could not be started`)
 }

@@ -149,12 +149,17 @@ func (c *cmdFlags) parseNamed(args []string, io stdio) (p parsed, name string, c
 const noBackend = "no backend: pass --url or set DSYNC_URL (see dsync url-help)"
 
 // open opens the backend at url, or prints one redacted line naming the
-// problem and returns exitUsage. A Redlock of fewer than 3 nodes is
-// opened with a warning, unless -q. The caller closes the backend.
+// problem and returns exitUsage, or exitUnavailable for a subcommand that
+// acquires (lock, sem, elect) when the backend could not be reached. A
+// Redlock of fewer than 3 nodes is opened with a warning, unless -q. The
+// caller closes the backend.
 func (c *cmdFlags) open(ctx context.Context, url string, io stdio) (*dsync.Backend, int) {
 	b, err := dsync.Open(ctx, url)
 	if err != nil {
 		fmt.Fprintf(io.err, "dsync %s: %s\n", c.name, oneLine(err))
+		if errors.Is(err, dsync.ErrUnavailable) && !errors.Is(err, dsync.ErrInvalid) && (c.name == "lock" || c.name == "sem" || c.name == "elect") {
+			return nil, exitUnavailable
+		}
 		return nil, exitUsage
 	}
 	if q := c.Lookup("q"); q == nil || q.Value.String() != "true" {

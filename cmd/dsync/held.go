@@ -69,10 +69,12 @@ and SIGUSR2 are forwarded only. Processes CMD leaves behind when it exits on its
 As with timeout(1), CMD is not in the terminal's foreground group: a CMD that reads the terminal stops.`
 
 const heldStatus = `  CMD's own status (128+signal if a signal ended it); with no CMD, 0 once released
-  2  usage error, bad URL or backend unreachable
-  3  --try and the %[1]s was not free
-  4  --timeout passed before the %[1]s was acquired
+  2  usage error or bad URL
+  3  --try and the %[1]s was not free: another holder has it
+  4  --timeout passed before the %[1]s was acquired, while another holder had it
   5  the %[1]s was lost while held (CMD was stopped, see above)
+  6  backend unavailable: unreachable at open, or the attempt (--try; the last one before
+     --timeout) could not be decided (server down or silent, no quorum, masters in quarantine)
   130, 143  SIGINT, SIGTERM while waiting to acquire
   127  CMD could not be started`
 

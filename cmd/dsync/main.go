@@ -39,10 +39,11 @@ import (
 const (
 	exitOK          = 0
 	exitFail        = 1 // holder: the lock is free; leader: reading failed; health: cannot serve
-	exitUsage       = 2 // bad flags, URL or unreachable backend
+	exitUsage       = 2 // bad flags or URL (or unreachable backend: holder, leader)
 	exitNotAcquired = 3 // --try and the lock is held (every permit taken)
 	exitTimedOut    = 4 // --timeout passed before the hold was acquired
 	exitLost        = 5 // the hold was lost while held; CMD was stopped
+	exitUnavailable = 6 // lock, sem, elect: the backend could not decide (unreachable, no quorum)
 	exitNoLeader    = 3 // dsync leader: the election has no leader
 	exitNoCommand   = 127
 )

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/dsync-dev/dsync"
@@ -17,7 +18,10 @@ import (
 // it returns the bare dsync.ErrNotAcquired. If the outcome is unknown (the
 // call failed or timed out) or the hold came back with no validity left,
 // it releases the token before returning, since the server may have
-// applied it, and the attempt counts as failed. If ctx is already done it
+// applied it, and the attempt counts as failed. Any failure but a final
+// one (dsync.ErrInvalid, ErrClosed, ErrUnsupported) matches
+// dsync.ErrNotAcquired, and dsync.ErrUnavailable too when the backend
+// could not decide (see undecided). If ctx is already done it
 // sends nothing and returns c.notStarted's error. The attempt is bounded by
 // ctx and by the backend's own request timeout (see backends.Driver): no
 // timer of its own.
@@ -39,12 +43,12 @@ func (c *Config) attempt(ctx context.Context, waiter string) (*Lease, error) {
 		if !final(err) && !errors.Is(err, dsync.ErrNotAcquired) {
 			_ = release(ctx, c, c.Key, token)
 		}
-		return nil, err
+		return nil, c.undecided(err)
 	}
 	expires := start.Add(g.TTL - c.Drift(g.TTL))
 	if !time.Now().Before(expires) {
 		_ = release(ctx, c, c.Key, token)
-		return nil, fmt.Errorf("%w: %q: the attempt took longer than the lease's validity (ttl %v)", dsync.ErrNotAcquired, c.Key, g.TTL)
+		return nil, &unavailableError{key: c.Key, err: fmt.Errorf("the attempt took longer than the lease's validity (ttl %v)", g.TTL)}
 	}
 	return newLease(c, c.Key, token, g, start, expires), nil
 }
@@ -53,7 +57,8 @@ func (c *Config) attempt(ctx context.Context, waiter string) (*Lease, error) {
 // c.AutoExtend. Plain contention is an error matching dsync.ErrNotAcquired
 // that says what was taken. Any failure but a final one (dsync.ErrInvalid,
 // ErrClosed, ErrUnsupported) matches dsync.ErrNotAcquired, and ctx's error
-// when ctx ended, whatever the driver returned.
+// when ctx ended, whatever the driver returned; it also matches
+// dsync.ErrUnavailable when the backend could not decide.
 func (c *Config) TryAcquire(ctx context.Context) (l *Lease, err error) {
 	ctx, call := c.tel.Start(ctx, telemetry.TryAcquire)
 	defer func() { call.Acquired(ctx, l.fenceOrZero(), err) }()
@@ -69,12 +74,8 @@ func (c *Config) TryAcquire(ctx context.Context) (l *Lease, err error) {
 		return nil, err
 	case ctx.Err() != nil && !errors.Is(err, ctx.Err()):
 		return nil, c.gaveUp(ctx.Err(), err)
-	case !errors.Is(err, dsync.ErrNotAcquired):
-		// A failure with an unknown outcome (a timeout, a broken
-		// connection), as the driver worded it.
-		return nil, fmt.Errorf("%w: %q: %w", dsync.ErrNotAcquired, c.Key, err)
 	}
-	return nil, err
+	return nil, err // marked by attempt
 }
 
 // Acquire blocks until it obtains a hold on c.Key, retrying on contention
@@ -83,12 +84,15 @@ func (c *Config) TryAcquire(ctx context.Context) (l *Lease, err error) {
 // backend line up first come first served, and only the first contends on
 // the backend. It gives up when ctx ends or the policy does, with an error
 // matching dsync.ErrNotAcquired (and ctx's error when that was the cause);
-// nothing is left held then. With ctx already done it returns at once, with
-// no I/O. Errors no retry can cure (dsync.ErrInvalid,
-// ErrClosed, ErrUnsupported) end it at once.
+// nothing is left held then. The error also matches dsync.ErrUnavailable
+// when the last attempt that ran its course found the backend unable to
+// decide. With ctx already done it returns at once, with no I/O. Errors
+// no retry can cure (dsync.ErrInvalid, ErrClosed, ErrUnsupported) end it
+// at once.
 //
-// between, when not nil, runs after every attempt that met contention,
-// before the wait; an error from it ends Acquire and is returned as is.
+// between, when not nil, runs after every attempt that met contention
+// (not one that found the backend unavailable), before the wait; an error
+// from it ends Acquire and is returned as is.
 //
 // The first attempt goes out at once; only when it fails does Acquire
 // subscribe to release notices, and then it attempts once more before it
@@ -162,7 +166,7 @@ func (c *Config) Acquire(ctx context.Context, between func(context.Context) erro
 		}
 		firstRefusal := prev == nil
 		prev = err
-		if between != nil && errors.Is(err, dsync.ErrNotAcquired) {
+		if between != nil && !errors.Is(err, dsync.ErrUnavailable) {
 			if herr := between(ctx); herr != nil {
 				return nil, herr
 			}
@@ -237,15 +241,68 @@ func final(err error) bool {
 	return errors.Is(err, dsync.ErrInvalid) || errors.Is(err, dsync.ErrClosed) || errors.Is(err, dsync.ErrUnsupported)
 }
 
+// undecided marks err, the error of a failed attempt, as the SPI says
+// (backends.Driver.Acquire): unchanged when it is final, or when it
+// matches dsync.ErrNotAcquired and not dsync.ErrUnavailable (contention,
+// bare or with the driver's detail); otherwise the backend could not
+// decide, and the error is an *unavailableError.
+func (c *Config) undecided(err error) error {
+	if final(err) || errors.Is(err, dsync.ErrNotAcquired) && !errors.Is(err, dsync.ErrUnavailable) {
+		return err
+	}
+	return &unavailableError{key: c.Key, err: err}
+}
+
+// unavailableError is an attempt on key that the backend could not decide
+// (a timeout, a broken connection, no quorum). It matches
+// dsync.ErrNotAcquired, dsync.ErrUnavailable and whatever err matches.
+type unavailableError struct {
+	key string
+	err error // the driver's
+}
+
+func (e *unavailableError) Error() string {
+	// The driver's error may say what this one says already.
+	msg := e.err.Error()
+	for _, p := range []string{dsync.ErrNotAcquired.Error() + ": ", dsync.ErrUnavailable.Error() + ": "} {
+		msg = strings.TrimPrefix(msg, p)
+	}
+	return fmt.Sprintf("%v: backend unavailable: %q: %s", dsync.ErrNotAcquired, e.key, msg)
+}
+
+func (e *unavailableError) Is(target error) bool {
+	return target == dsync.ErrNotAcquired || target == dsync.ErrUnavailable
+}
+
+func (e *unavailableError) Unwrap() error { return e.err }
+
 // gaveUp builds the error of an Acquire that stopped trying: it matches
 // dsync.ErrNotAcquired, cause (ctx's error, typically) and the last
-// attempt's error, whose detail (a lost quorum, a network error) it keeps.
+// attempt's error, whose detail (a lost quorum, a network error) it keeps,
+// dsync.ErrUnavailable included.
 func (c *Config) gaveUp(cause, last error) error {
 	if last == dsync.ErrNotAcquired { // the bare sentinel: plain contention
 		return fmt.Errorf("%w: %s: %w", dsync.ErrNotAcquired, c.taken(), cause)
 	}
-	return fmt.Errorf("%w: %q: %w (last attempt: %w)", dsync.ErrNotAcquired, c.Key, cause, last)
+	return &gaveUpError{key: c.Key, cause: cause, last: last}
 }
+
+// gaveUpError is the error of an Acquire on key that stopped trying for
+// cause after an attempt that failed with last. It matches
+// dsync.ErrNotAcquired, and whatever cause and last match.
+type gaveUpError struct {
+	key         string
+	cause, last error
+}
+
+func (e *gaveUpError) Error() string {
+	last := strings.TrimPrefix(e.last.Error(), dsync.ErrNotAcquired.Error()+": ") // said once
+	return fmt.Sprintf("%v: %q: %v (last attempt: %s)", dsync.ErrNotAcquired, e.key, e.cause, last)
+}
+
+func (e *gaveUpError) Is(target error) bool { return target == dsync.ErrNotAcquired }
+
+func (e *gaveUpError) Unwrap() []error { return []error{e.cause, e.last} }
 
 // notStarted is the error of an acquisition whose ctx was done before it
 // began: it matches dsync.ErrNotAcquired and ctx's error.

@@ -3,6 +3,8 @@ package lease
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -11,6 +13,7 @@ import (
 	"github.com/dsync-dev/dsync"
 	"github.com/dsync-dev/dsync/backends"
 	"github.com/dsync-dev/dsync/internal/testenv/testutil"
+	"github.com/dsync-dev/dsync/retry"
 )
 
 // scriptedDriver is a memory driver whose calls can be replaced, and
@@ -149,5 +152,72 @@ func TestTryAcquireFailureMatchesSentinel(t *testing.T) {
 	defer cancel()
 	if _, err := c.TryAcquire(ctx); !errors.Is(err, dsync.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("TryAcquire cut short by the caller's deadline: %v, want ErrNotAcquired and DeadlineExceeded", err)
+	}
+}
+
+// TestTakenOrUnavailable: the SPI's shapes of a failed attempt become
+// errors that one errors.Is on dsync.ErrUnavailable tells apart, for
+// TryAcquire and for an Acquire that ends on its deadline (which says
+// what its last attempt met); contention never matches ErrUnavailable,
+// every failure but a final one matches ErrNotAcquired, the driver's
+// error stays in the chain, and the message says "not acquired" once.
+// The real outages are in the conformance suite (backendtest.Outage).
+func TestTakenOrUnavailable(t *testing.T) {
+	raw := errors.New("dial tcp: connection refused")
+	for _, tc := range []struct {
+		name        string
+		err         error
+		unavailable bool
+	}{
+		{"plain contention", backends.ErrNotAcquired, false},
+		{"contention with the driver's detail", fmt.Errorf("%w: 2 of 5 nodes granted, 3 needed", backends.ErrNotAcquired), false},
+		{"a raw client error", raw, true},
+		{"the driver's undecided refusal", fmt.Errorf("%w: %w: 2 of 5 granted, 2 did not answer: %w", backends.ErrNotAcquired, backends.ErrUnavailable, raw), true},
+		{"the driver's unavailability", fmt.Errorf("%w: %w", backends.ErrUnavailable, raw), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := &scriptedDriver{
+				Driver:  testutil.MemoryDriver(t, nil),
+				acquire: func(context.Context, backends.Request) (backends.Grant, error) { return backends.Grant{}, tc.err },
+			}
+			betweens := 0
+			policy, err := retry.NewConstant(&retry.ConstantOptions{Delay: 5 * time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := testConfig(t, d, "k", &Options{Retry: policy})
+			check := func(call string, err error) {
+				t.Helper()
+				if !errors.Is(err, dsync.ErrNotAcquired) || errors.Is(err, dsync.ErrUnavailable) != tc.unavailable || !errors.Is(err, tc.err) {
+					t.Errorf("%s: %v; want ErrNotAcquired, ErrUnavailable %v, and the driver's error", call, err, tc.unavailable)
+				}
+				if n := strings.Count(err.Error(), "not acquired"); n != 1 {
+					t.Errorf("%s: %q says \"not acquired\" %d times, want once", call, err, n)
+				}
+			}
+			_, err = c.TryAcquire(context.Background())
+			check("TryAcquire", err)
+			ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+			defer cancel()
+			_, err = c.Acquire(ctx, func(context.Context) error { betweens++; return nil })
+			check("Acquire", err)
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("Acquire ended by its deadline: %v, want DeadlineExceeded too", err)
+			}
+			if tc.unavailable && betweens != 0 {
+				t.Errorf("between ran %d times after attempts the backend could not decide, want 0 (it runs on contention)", betweens)
+			}
+		})
+	}
+	// A final error stays final: not ErrNotAcquired, not ErrUnavailable.
+	d := &scriptedDriver{
+		Driver: testutil.MemoryDriver(t, nil),
+		acquire: func(context.Context, backends.Request) (backends.Grant, error) {
+			return backends.Grant{}, fmt.Errorf("%w: %w", backends.Invalid("request", "refused"), raw)
+		},
+	}
+	if _, err := testConfig(t, d, "k", nil).TryAcquire(context.Background()); !errors.Is(err, dsync.ErrInvalid) ||
+		errors.Is(err, dsync.ErrNotAcquired) || errors.Is(err, dsync.ErrUnavailable) {
+		t.Errorf("TryAcquire refused for good: %v, want ErrInvalid alone", err)
 	}
 }

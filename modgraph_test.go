@@ -27,10 +27,10 @@ var heavyModules = append([]string{
 	"github.com/prometheus/", "go.uber.org/goleak", "gonum.org/",
 }, ourTooling...)
 
-// userModule writes a module that imports pkgs the way an application
-// does, requiring this repository's modules (mods, each path => its
-// directory) through replace directives, runs go mod tidy in it without
-// the workspace, and returns its build list and go.sum.
+// userModule writes a module whose main.go is body, requiring this
+// repository's modules mods (each path => its directory) through replace
+// directives, runs go mod tidy and go build in it without the workspace,
+// and returns its build list and go.sum.
 func userModule(t *testing.T, mods map[string]string, body string) (buildList []string, goSum string) {
 	t.Helper()
 	dir := t.TempDir()

@@ -52,12 +52,13 @@ var spanNames = [numKinds][numOps]string{
 const (
 	acquired = iota
 	contended
+	unavailable // the backend could not decide (backends.ErrUnavailable)
 	timedOut
 	failed
 	numOutcomes
 )
 
-var outcomeNames = [numOutcomes]string{"acquired", "contended", "timed_out", "error"}
+var outcomeNames = [numOutcomes]string{"acquired", "contended", "unavailable", "timed_out", "error"}
 
 // ExtendOutcome is what an Extend call came to.
 type ExtendOutcome uint8
@@ -186,7 +187,7 @@ type Call struct {
 	start     time.Time
 	attemptAt time.Time // start of the latest attempt
 	attempts  int
-	contended bool // the latest attempt met plain contention
+	last      int // the latest attempt's outcome
 	span      trace.Span
 }
 
@@ -208,20 +209,16 @@ func (c *Call) Attempting() {
 	c.attemptAt = time.Now()
 }
 
-// Attempted records an attempt's result, as an event of the call's span.
+// Attempted records an attempt's result, as an event of the call's span;
+// a failed attempt's event carries its error's text, which says why (what
+// was taken, or why the backend could not decide).
 func (c *Call) Attempted(err error) {
-	c.contended = err == backends.ErrNotAcquired
+	c.last = attemptOutcome(err)
 	if c.span == nil {
 		return
 	}
-	o := acquired
-	switch {
-	case c.contended:
-		o = contended
-	case err != nil:
-		o = failed
-	}
-	if o == failed {
+	o := c.last
+	if o == failed || o == unavailable {
 		c.span.AddEvent("dsync.attempt", c.p.a.attempt[o], trace.WithAttributes(attribute.String("exception.message", err.Error())))
 		return
 	}
@@ -229,6 +226,24 @@ func (c *Call) Attempted(err error) {
 		return // the span says it all: one attempt, acquired
 	}
 	c.span.AddEvent("dsync.attempt", c.p.a.attempt[o])
+}
+
+// attemptOutcome classifies an attempt's error as the SPI does: contention
+// matches ErrNotAcquired and not ErrUnavailable; a failure the backend
+// could not decide matches ErrUnavailable; anything else (invalid, closed,
+// unsupported) is an error.
+func attemptOutcome(err error) int {
+	switch {
+	case err == nil:
+		return acquired
+	case err == backends.ErrNotAcquired: // the common case, without errors.Is's walk
+		return contended
+	case errors.Is(err, backends.ErrUnavailable):
+		return unavailable
+	case errors.Is(err, backends.ErrNotAcquired):
+		return contended
+	}
+	return failed
 }
 
 // Acquired ends an acquisition call (Acquire, TryAcquire): its duration
@@ -242,8 +257,10 @@ func (c *Call) Acquired(ctx context.Context, fence uint64, err error) {
 	case err == nil:
 	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
 		o = timedOut
-	case c.contended:
-		o = contended
+	case c.attempts > 0 && (c.last == contended || c.last == unavailable):
+		o = c.last
+	case errors.Is(err, backends.ErrUnavailable):
+		o = unavailable
 	default:
 		o = failed
 	}
@@ -271,7 +288,7 @@ func (c *Call) Acquired(ctx context.Context, fence uint64, err error) {
 			kv[1], first = kv[0], 1 // no token
 		}
 		c.span.SetAttributes(kv[first:last]...)
-		c.endSpan(err, o == failed || o == timedOut)
+		c.endSpan(err, o == failed || o == unavailable || o == timedOut)
 	}
 }
 

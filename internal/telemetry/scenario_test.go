@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/dsync-dev/dsync"
 	"github.com/dsync-dev/dsync/backends/backendtest"
@@ -473,6 +475,65 @@ func TestNoSecretsInTelemetry(t *testing.T) {
 		}
 		if strings.Contains(spans, secret) {
 			t.Errorf("spans contain the secret %q:\n%s", secret, spans)
+		}
+	}
+}
+
+// TestUnavailableBackendSaysWhy: against a stopped server, TryAcquire and
+// an Acquire cut short by its retry policy end with the outcome
+// unavailable (not contended, not error), and each attempt is an event of
+// the call's span with the outcome and the error's text, which says why;
+// contention stays contended (TestContendedLockRaisesAttemptsAndWait).
+func TestUnavailableBackendSaysWhy(t *testing.T) {
+	srv := redistest.Start(t, nil)
+	rec := oteltest.New(t)
+	ctx := testutil.Context(t)
+	once, err := retry.NewConstant(&retry.ConstantOptions{Delay: 10 * time.Millisecond, MaxTries: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := newLocker(t, openWith(t, srv.URL(), rec), testutil.UniqueKey(t), &locker.Options{Retry: once})
+	if err := srv.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.TryAcquire(ctx); !errors.Is(err, dsync.ErrUnavailable) {
+		t.Fatalf("TryAcquire on a stopped server = %v, want ErrUnavailable", err)
+	}
+	if _, err := l.Acquire(ctx); !errors.Is(err, dsync.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Acquire on a stopped server, given up by its policy = %v, want ErrUnavailable", err)
+	}
+
+	ms := rec.Collect(t)
+	for _, op := range []string{"try_acquire", "acquire"} {
+		if _, n := oteltest.Sum(ms, "dsync.acquire.duration", "dsync.operation", op, "dsync.outcome", "unavailable"); n != 1 {
+			t.Errorf("%s on a stopped server: %d recorded as unavailable, want 1", op, n)
+		}
+	}
+	for _, name := range []string{"dsync.TryAcquire", "dsync.Acquire"} {
+		spans := rec.Ended(name)
+		if len(spans) != 1 {
+			t.Fatalf("%d %s spans, want 1", len(spans), name)
+		}
+		s := spans[0]
+		if oteltest.Attr(s, "dsync.outcome") != "unavailable" || len(s.Events) == 0 {
+			t.Fatalf("%s span: outcome %q, %d events; want unavailable, with its attempts", name, oteltest.Attr(s, "dsync.outcome"), len(s.Events))
+		}
+		for _, ev := range s.Events {
+			if ev.Name != "dsync.attempt" {
+				continue
+			}
+			if !slices.Contains(ev.Attributes, attribute.String("dsync.outcome", "unavailable")) {
+				t.Errorf("%s attempt event %v: want outcome unavailable", name, ev.Attributes)
+			}
+			var why string
+			for _, a := range ev.Attributes {
+				if a.Key == "exception.message" {
+					why = a.Value.AsString()
+				}
+			}
+			if !strings.Contains(why, srv.Addr()) && !strings.Contains(why, "refused") {
+				t.Errorf("%s attempt event: exception.message %q does not say why", name, why)
+			}
 		}
 	}
 }

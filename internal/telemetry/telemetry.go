@@ -114,7 +114,7 @@ func New(backend string, s Settings) (*T, error) {
 		mp = otelMeterProvider()
 	}
 	m := instruments{meter: mp.Meter(ScopeName)}
-	t.acquireDuration = m.seconds("dsync.acquire.duration", "Time an acquisition call (Acquire, TryAcquire, Campaign) took, by outcome: acquired, contended, timed_out, error.")
+	t.acquireDuration = m.seconds("dsync.acquire.duration", "Time an acquisition call (Acquire, TryAcquire, Campaign) took, by outcome: acquired, contended, unavailable, timed_out, error.")
 	t.acquireWait = m.seconds("dsync.acquire.wait", "Time a blocking acquisition (Acquire, Campaign) waited before its last attempt: in the process's waiting line, in earlier attempts and between them.")
 	t.acquireAttempts = m.count("dsync.acquire.attempts", "{attempt}", "Attempts a blocking acquisition (Acquire, Campaign) made on the backend.")
 	t.holdDuration = m.seconds("dsync.lease.hold.duration", "Time a lease was held, from its acquisition to its release or loss.")

@@ -13,19 +13,9 @@ import (
 	"github.com/dsync-dev/dsync/internal/testenv/testutil"
 )
 
-func open(t *testing.T, url string) *dsync.Backend {
-	t.Helper()
-	b, err := dsync.Open(context.Background(), url)
-	if err != nil {
-		t.Fatalf("Open(%q): %v", url, err)
-	}
-	t.Cleanup(func() { _ = b.Close() })
-	return b
-}
-
 func TestOpenNamedStore(t *testing.T) {
 	ctx := context.Background()
-	b1, b2 := open(t, "memory://open-named"), open(t, "memory://open-named?ttl=30s")
+	b1, b2 := testutil.Open(t, "memory://open-named"), testutil.Open(t, "memory://open-named?ttl=30s")
 	if got := b2.Defaults().TTL; got != 30*time.Second {
 		t.Fatalf("ttl option: Defaults().TTL = %v, want 30s", got)
 	}
@@ -41,7 +31,7 @@ func TestOpenNamedStore(t *testing.T) {
 	if err := d.Release(ctx, "k", "a"); err != nil {
 		t.Fatalf("Release through Named: %v", err)
 	}
-	if _, err := lease.Driver(open(t, "memory://open-named-other")).Holder(ctx, "k"); !errors.Is(err, backends.ErrNotHeld) {
+	if _, err := lease.Driver(testutil.Open(t, "memory://open-named-other")).Holder(ctx, "k"); !errors.Is(err, backends.ErrNotHeld) {
 		t.Fatalf("another name shares state: err = %v", err)
 	}
 }

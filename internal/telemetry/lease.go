@@ -236,8 +236,6 @@ func attemptOutcome(err error) int {
 	switch {
 	case err == nil:
 		return acquired
-	case err == backends.ErrNotAcquired: // the common case, without errors.Is's walk
-		return contended
 	case errors.Is(err, backends.ErrUnavailable):
 		return unavailable
 	case errors.Is(err, backends.ErrNotAcquired):

@@ -20,6 +20,7 @@ import (
 	"github.com/dsync-dev/dsync/internal/testenv/fencetest"
 	"github.com/dsync-dev/dsync/internal/testenv/leakcheck"
 	"github.com/dsync-dev/dsync/internal/testenv/redistest"
+	"github.com/dsync-dev/dsync/internal/testenv/testutil"
 	_ "github.com/dsync-dev/dsync/redlock"
 	"github.com/dsync-dev/dsync/tests/pgtest"
 )
@@ -302,29 +303,19 @@ func testTable(t *testing.T, db *sql.DB, d fence.Dialect) {
 // each backend that fences: single Redis, Redlock (5 masters) and etcd.
 func testLateHolder(t *testing.T, newStore func(t *testing.T) fencetest.Store) {
 	t.Run("redis", func(t *testing.T) {
-		fencetest.LateHolder(t, newStore(t), open(t, redistest.Start(t, nil).URL()), 200*time.Millisecond)
+		fencetest.LateHolder(t, newStore(t), testutil.Open(t, redistest.Start(t, nil).URL()), 200*time.Millisecond)
 	})
 	t.Run("redlock", func(t *testing.T) {
 		var addrs []string
 		for _, s := range redistest.StartN(t, 5, nil) {
 			addrs = append(addrs, s.Addr())
 		}
-		fencetest.LateHolder(t, newStore(t), open(t, "redlock://"+strings.Join(addrs, ",")+"/?max_ttl=1s"), 300*time.Millisecond)
+		fencetest.LateHolder(t, newStore(t), testutil.Open(t, "redlock://"+strings.Join(addrs, ",")+"/?max_ttl=1s"), 300*time.Millisecond)
 	})
 	t.Run("etcd", func(t *testing.T) {
 		cl := etcdtest.Start(t, nil)
-		fencetest.LateHolder(t, newStore(t), open(t, cl.URL()), cl.MinLeaseTTL())
+		fencetest.LateHolder(t, newStore(t), testutil.Open(t, cl.URL()), cl.MinLeaseTTL())
 	})
-}
-
-func open(t *testing.T, url string) *dsync.Backend {
-	t.Helper()
-	b, err := dsync.Open(t.Context(), url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = b.Close() })
-	return b
 }
 
 // TestSQLBadInput: every bad argument is an error matching

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/dsync-dev/dsync/internal/testenv/faultproxy"
+	"github.com/dsync-dev/dsync/internal/testenv/testutil"
 )
 
 // electConfig: terms last longer than the TTL, so that a leader lives on
@@ -24,7 +25,7 @@ func TestElectContention(t *testing.T) {
 		e.start(3, s.url(), electConfig(k, s.ttl))
 		e.ready()
 		e.awaitCount(0, 4, Is("acquired", nil), "terms")
-		wantOK(t, e.finish(PrimElect, k, s.spec(PrimElect), open(t, s.url())))
+		wantOK(t, e.finish(PrimElect, k, s.spec(PrimElect), testutil.Open(t, s.url())))
 	})
 }
 
@@ -77,7 +78,7 @@ func TestElectCutOffLeader(t *testing.T) {
 		e.await(mark, Is("lost", cut), "the cut-off leader to learn of its loss")
 		e.heal(in)
 		e.awaitCount(mark2, 2, Is("acquired", nil), "terms after the heal")
-		rep := e.finish(PrimElect, k, s.spec(PrimElect), open(t, s.url()))
+		rep := e.finish(PrimElect, k, s.spec(PrimElect), testutil.Open(t, s.url()))
 		wantOK(t, rep)
 	})
 }

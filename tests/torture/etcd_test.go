@@ -2,6 +2,8 @@ package torture
 
 import (
 	"testing"
+
+	"github.com/dsync-dev/dsync/internal/testenv/testutil"
 )
 
 // TestEtcdMemberStopped: an etcd member, the leader or a follower, is
@@ -32,7 +34,7 @@ func TestEtcdMemberStopped(t *testing.T) {
 			mark = e.awaitCount(mark, 6, Is("acquired", nil), "grants without the member")
 			e.heal(in)
 			e.awaitCount(mark, 3, Is("acquired", nil), "grants after the restart")
-			wantOK(t, e.finish(PrimLock, k, s.spec(PrimLock), open(t, s.url())))
+			wantOK(t, e.finish(PrimLock, k, s.spec(PrimLock), testutil.Open(t, s.url())))
 		})
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/dsync-dev/dsync/backends"
 	"github.com/dsync-dev/dsync/internal/lease"
 	"github.com/dsync-dev/dsync/internal/testenv/proc"
+	"github.com/dsync-dev/dsync/internal/testenv/testutil"
 )
 
 // TestFairAcrossProcesses: 8 worker processes contend for one lock with
@@ -29,7 +30,7 @@ func TestFairAcrossProcesses(t *testing.T) {
 		// votes only after its quarantine): count from here.
 		_, from := e.await(e.h.Mark(), Is("acquired", nil), "a first grant")
 		e.awaitCount(from, grants, Is("acquired", nil), "grants")
-		b := open(t, s.url())
+		b := testutil.Open(t, s.url())
 		rep := e.finish(PrimLock, k, s.spec(PrimLock), b)
 		wantOK(t, rep)
 

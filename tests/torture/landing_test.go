@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dsync-dev/dsync/internal/testenv/proc"
+	"github.com/dsync-dev/dsync/internal/testenv/testutil"
 )
 
 // maxTrials bounds the reruns of a fault scenario whose fault did not land
@@ -118,7 +119,7 @@ func killedHolder(t *testing.T, s *system, workers, grants int, config func(key 
 		ev, mark := e.await(0, Is("acquired", nil), "a first holder")
 		e.inject(KillClient(e.h.WorkerOf(ev)))
 		e.awaitCount(mark, grants, Is("acquired", nil), "grants after the death")
-		rep := e.finish(cfg.Prim, k, s.spec(cfg.Prim), open(t, s.url()))
+		rep := e.finish(cfg.Prim, k, s.spec(cfg.Prim), testutil.Open(t, s.url()))
 		return rep, killMissed(t, rep, ev)
 	})
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dsync-dev/dsync/internal/testenv/redistest"
+	"github.com/dsync-dev/dsync/internal/testenv/testutil"
 )
 
 // lockConfig is the workers' configuration of the lock scenarios.
@@ -28,7 +29,7 @@ func TestLockContention(t *testing.T) {
 		e.start(4, s.url(), lockConfig(k, s.ttl))
 		e.ready()
 		e.awaitCount(0, 25, Is("acquired", nil), "grants")
-		wantOK(t, e.finish(PrimLock, k, s.spec(PrimLock), open(t, s.url())))
+		wantOK(t, e.finish(PrimLock, k, s.spec(PrimLock), testutil.Open(t, s.url())))
 	})
 }
 
@@ -75,7 +76,7 @@ func pausedHolderOn(t *testing.T, s *system, cfg WorkerConfig, store string) (*R
 			e.await(next, Is("released", paused), "the paused holder's release")
 			e.awaitCount(next, 3, Is("acquired", nil), "grants after the resume")
 		}
-		rep := e.finish(cfg.Prim, k, Spec{Prim: cfg.Prim, TTL: s.ttl, Fencing: !cfg.NoFencing}, open(t, s.url()))
+		rep := e.finish(cfg.Prim, k, Spec{Prim: cfg.Prim, TTL: s.ttl, Fencing: !cfg.NoFencing}, testutil.Open(t, s.url()))
 		h := rep.History.HoldOf(paused.Index(), ev.At)
 		if h == nil {
 			t.Fatal("the paused hold is not in the history")
@@ -250,7 +251,7 @@ func TestLockRepliesDelayed(t *testing.T) {
 		mark = e.awaitCount(mark, 8, IsNot("acquired", slow), "grants to the others under the fault")
 		e.heal(in)
 		e.awaitCount(mark, 3, Is("acquired", nil), "grants after the fault")
-		rep := e.finish(PrimLock, k, s.spec(PrimLock), open(t, s.url()))
+		rep := e.finish(PrimLock, k, s.spec(PrimLock), testutil.Open(t, s.url()))
 		wantOK(t, rep)
 		span := rep.Spans[0]
 		for _, h := range rep.History.Holds {
@@ -276,7 +277,7 @@ func TestLockScriptFlush(t *testing.T) {
 		mark = e.awaitCount(mark, 5, Is("acquired", nil), "grants after the flush")
 		e.inject(ScriptFlush(s.addrs()...))
 		e.awaitCount(mark, 5, Is("acquired", nil), "grants after the second flush")
-		wantOK(t, e.finish(PrimLock, k, s.spec(PrimLock), open(t, s.url())))
+		wantOK(t, e.finish(PrimLock, k, s.spec(PrimLock), testutil.Open(t, s.url())))
 	}, "redis", "redlock")
 }
 
@@ -299,7 +300,7 @@ func redisRestart(t *testing.T, persistent bool) *Report {
 		first, mark := e.await(0, Is("acquired", nil), "a first holder")
 		e.inject(RestartNode("redis", srv))
 		e.awaitCount(mark, 4, Is("acquired", nil), "grants after the restart")
-		rep := e.finish(PrimLock, k, lockSpec(time.Second), open(t, srv.URL()))
+		rep := e.finish(PrimLock, k, lockSpec(time.Second), testutil.Open(t, srv.URL()))
 		if persistent {
 			return rep, ""
 		}

@@ -283,14 +283,3 @@ func wantViolation(t *testing.T, rep *Report, check string) *Result {
 	t.Logf("negative control: %s found %d violations, as it must: %s", check, r.Count(), r.Violations[0])
 	return r
 }
-
-// open opens url in the test process, closed by the test's cleanup.
-func open(t *testing.T, url string) *dsync.Backend {
-	t.Helper()
-	b, err := dsync.Open(t.Context(), url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = b.Close() })
-	return b
-}

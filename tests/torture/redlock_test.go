@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/dsync-dev/dsync/internal/testenv/testutil"
 )
 
 // minorityFault runs contention on five nodes through their proxies,
@@ -19,7 +21,7 @@ func minorityFault(t *testing.T, s *system, url string, fault Fault) {
 	mark = e.awaitCount(mark, 6, Is("acquired", nil), "grants under the fault")
 	e.heal(in)
 	e.awaitCount(mark, 3, Is("acquired", nil), "grants after the fault")
-	wantOK(t, e.finish(PrimLock, k, s.spec(PrimLock), open(t, s.url())))
+	wantOK(t, e.finish(PrimLock, k, s.spec(PrimLock), testutil.Open(t, s.url())))
 }
 
 // TestRedlockMinority: 2 of 5 nodes killed (restarted empty), paused, or
@@ -64,7 +66,7 @@ func TestRedlockMajorityLost(t *testing.T) {
 	mark = e.awaitCount(mark, 6, Is("unavailable", nil), "failed acquisitions without a majority")
 	e.heal(in)
 	e.awaitCount(mark, 3, Is("acquired", nil), "grants after the restart")
-	rep := e.finish(PrimLock, k, s.spec(PrimLock), open(t, s.url()))
+	rep := e.finish(PrimLock, k, s.spec(PrimLock), testutil.Open(t, s.url()))
 	wantOK(t, rep)
 
 	span := rep.Spans[0]
@@ -134,7 +136,7 @@ func restartUnderHold(t *testing.T, quarantine bool) *Report {
 		ev, _ := e.await(mark, Is("acquired", b), "a grant to B")
 		t.Logf("B granted %v after node 0 was killed to restart", (ev.At - in.Span().Began).Round(time.Millisecond))
 		e.awaitCount(mark, 2, Is("acquired", a), "A's next grants")
-		rep := e.finish(PrimLock, k, lockSpec(rlMaxTTL), open(t, s.url()))
+		rep := e.finish(PrimLock, k, lockSpec(rlMaxTTL), testutil.Open(t, s.url()))
 		h := rep.History.HoldOf(first.Worker, first.At)
 		if h == nil {
 			t.Fatal("A's first hold is not in the history")

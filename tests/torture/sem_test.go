@@ -10,6 +10,7 @@ import (
 	"github.com/dsync-dev/dsync/internal/testenv/faultproxy"
 	"github.com/dsync-dev/dsync/internal/testenv/proc"
 	"github.com/dsync-dev/dsync/internal/testenv/redistest"
+	"github.com/dsync-dev/dsync/internal/testenv/testutil"
 )
 
 const semSize = 2
@@ -29,7 +30,7 @@ func TestSemContention(t *testing.T) {
 		e.start(4, s.url(), semConfig(k, s.ttl))
 		e.ready()
 		e.awaitCount(0, 25, Is("acquired", nil), "grants")
-		rep := e.finish(PrimSem, k, s.spec(PrimSem), open(t, s.url()))
+		rep := e.finish(PrimSem, k, s.spec(PrimSem), testutil.Open(t, s.url()))
 		wantOK(t, rep)
 	})
 }
@@ -60,7 +61,7 @@ func TestSemPausedHolder(t *testing.T) {
 			e.heal(in)
 			e.await(mark, Is("released", paused), "the frozen holder's release")
 			e.awaitCount(mark, 3, Is("acquired", nil), "grants after the resume")
-			rep := e.finish(PrimSem, k, s.spec(PrimSem), open(t, s.url()))
+			rep := e.finish(PrimSem, k, s.spec(PrimSem), testutil.Open(t, s.url()))
 			h := rep.History.HoldOf(paused.Index(), ev.At)
 			if h == nil {
 				t.Fatal("the frozen hold is not in the history")

@@ -87,6 +87,18 @@ func UniqueKey(t testing.TB) string {
 	return t.Name() + "/" + hex.EncodeToString(b[:])
 }
 
+// Open opens url (its backend's package imported by the test), closed at
+// the end of the test; a failure fails the test.
+func Open(t testing.TB, url string) *dsync.Backend {
+	t.Helper()
+	b, err := dsync.Open(t.Context(), url)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	return b
+}
+
 // NewBackend wraps d in a backend closed at the end of the test.
 func NewBackend(t testing.TB, d backends.Driver) *dsync.Backend {
 	t.Helper()
